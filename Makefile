@@ -1,0 +1,51 @@
+# Kondor — HTCondor-style execution points on Kubernetes.
+SHELL := /bin/bash
+PYTHON ?= python3.11
+VENV ?= .venv
+BIN := $(VENV)/bin
+SRC := core operator agent cli devcluster
+PKGS := -p kondor_core -p kondor_operator -p kondor_agent -p kondor_cli -p kondor_devcluster
+
+.DEFAULT_GOAL := help
+
+##@ General
+help: ## Show this help
+	@awk 'BEGIN {FS = ":.*##"} /^[a-zA-Z_-]+:.*?##/ { printf "  \033[36m%-14s\033[0m %s\n", $$1, $$2 } /^##@/ { printf "\n\033[1m%s\033[0m\n", substr($$0, 5) }' $(MAKEFILE_LIST)
+
+##@ Development
+venv: $(BIN)/kondor ## Create .venv with the project installed editable plus test tools
+$(BIN)/kondor: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e '.[dev]'
+	@touch $@
+
+fmt: venv ## Format and fix imports
+	$(BIN)/ruff format $(SRC) tests bench tools
+	$(BIN)/ruff check --fix $(SRC) tests bench tools
+
+lint: venv ## ruff (lint and format check) and import-linter layer contracts
+	$(BIN)/ruff check $(SRC) tests bench tools
+	$(BIN)/ruff format --check $(SRC) tests bench tools
+	$(BIN)/lint-imports
+
+typecheck: venv ## mypy --strict with the pydantic plugin
+	$(BIN)/mypy $(PKGS)
+
+##@ CRDs
+crds: venv ## Generate CRDs from the pydantic models into crds/ and helm/kondor/crds/
+	$(BIN)/python tools/gen_crds.py
+
+crds-check: venv ## Fail when the committed CRDs differ from the models
+	$(BIN)/python tools/gen_crds.py --check
+
+##@ Tests
+test: venv ## Unit and integration tests (e2e is opt-in: make e2e)
+	$(BIN)/pytest
+
+check: lint typecheck crds-check test ## Everything CI runs
+
+bench: venv ## Benchmarks with their baselines
+	$(BIN)/python bench/bench_carving.py
+
+.PHONY: help venv fmt lint typecheck crds crds-check test check bench

@@ -1,0 +1,102 @@
+"""The machine description: what a node has, as detected or as written in a machine file.
+
+The same YAML is the input of `kondor simulate --machine`, the output of
+`kondor-agent detect`, and the description of a simulated node in the
+development cluster.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from pydantic import Field, field_validator
+
+from kondor_core.api.base import Model, Quantity
+from kondor_core.api.quantity import Unit, to_unit
+
+GpuProperty = bool | int | float | str
+
+
+class Gpu(Model):
+    """One GPU as `condor_gpu_discovery -nested` describes it: its id and its property ad."""
+
+    id: Annotated[str, Field(min_length=1, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.:-]*$")]
+    properties: dict[str, GpuProperty] = Field(default_factory=dict)
+
+
+class Machine(Model):
+    """A node's detected resources and facts (HTCondor's Detected*/Total* inputs)."""
+
+    name: Annotated[str, Field(min_length=1, description="Machine name; slots are slotN@name")]
+    cpus: Annotated[int, Field(ge=1, description="Detected CPU cores (DetectedCpus)")]
+    memory: Annotated[Quantity, Field(description="Physical memory; a bare number means MiB")]
+    disk: Annotated[
+        Quantity, Field(description="Execute partition size; a bare number means KiB")
+    ] = 0
+    swap: Annotated[Quantity, Field(description="Swap; a bare number means MiB")] = 0
+    gpus: list[Gpu] = Field(default_factory=list)
+    resources: dict[str, Annotated[float, Field(ge=0)]] = Field(
+        default_factory=dict, description="Detected custom machine resources by name"
+    )
+    labels: dict[str, str] = Field(default_factory=dict)
+    attributes: dict[str, GpuProperty] = Field(
+        default_factory=dict, description="Machine facts advertised as they are (OpSys, Arch...)"
+    )
+
+    @field_validator("memory", "swap")
+    @classmethod
+    def _mib(cls, value: int | float | str, info: object) -> int | float | str:
+        to_unit(value, Unit.MIB, field=getattr(info, "field_name", "memory"))
+        return value
+
+    @field_validator("disk")
+    @classmethod
+    def _kib(cls, value: int | float | str) -> int | float | str:
+        to_unit(value, Unit.KIB, field="disk")
+        return value
+
+    @field_validator("gpus")
+    @classmethod
+    def _unique_gpu_ids(cls, gpus: list[Gpu]) -> list[Gpu]:
+        seen: set[str] = set()
+        for gpu in gpus:
+            if gpu.id in seen:
+                raise ValueError(f"gpus: the id {gpu.id!r} appears twice; GPU ids are unique")
+            seen.add(gpu.id)
+        return gpus
+
+    @field_validator("resources")
+    @classmethod
+    def _custom_names(cls, resources: dict[str, float]) -> dict[str, float]:
+        for name in resources:
+            if not name.isidentifier():
+                raise ValueError(
+                    f"resources: {name!r} is not a resource name; use letters, digits and _"
+                )
+            if name.lower() in _RESERVED_NAMES:
+                raise ValueError(
+                    f"resources: {name!r} is a standard resource; set it with the field "
+                    f"{_RESERVED_NAMES[name.lower()]!r} instead"
+                )
+        return resources
+
+    @property
+    def memory_mib(self) -> int:
+        return to_unit(self.memory, Unit.MIB, field="memory")
+
+    @property
+    def disk_kib(self) -> int:
+        return to_unit(self.disk, Unit.KIB, field="disk")
+
+    @property
+    def swap_mib(self) -> int:
+        return to_unit(self.swap, Unit.MIB, field="swap")
+
+
+_RESERVED_NAMES = {
+    "cpus": "cpus",
+    "memory": "memory",
+    "disk": "disk",
+    "swap": "swap",
+    "gpus": "gpus",
+}

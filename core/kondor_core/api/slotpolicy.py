@@ -1,0 +1,163 @@
+"""SlotPolicy: the startd configuration for the nodes its nodeSelector picks.
+
+Structured fields and the `condorConfig` snippet compile to one effective
+policy (kondor_core.config.compile_policy); structured fields win.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import Field, field_validator
+
+from kondor_core.api.base import ClassAdExpr, Model, Quantity
+from kondor_core.api.quantity import Unit, to_unit
+
+ShareValue = int | float | str
+
+
+class LabelSelectorRequirement(Model):
+    key: str
+    operator: Literal["In", "NotIn", "Exists", "DoesNotExist"]
+    values: list[str] = Field(default_factory=list)
+
+
+class LabelSelector(Model):
+    """A Kubernetes label selector; an empty selector selects every node."""
+
+    match_labels: dict[str, str] = Field(default_factory=dict)
+    match_expressions: list[LabelSelectorRequirement] = Field(default_factory=list)
+
+
+class Reserved(Model):
+    """Resources kept back for the node itself before slots are carved."""
+
+    cpus: Annotated[int, Field(ge=0)] = 0
+    memory: Annotated[Quantity, Field(description="a bare number means MiB")] = 0
+
+    @field_validator("memory")
+    @classmethod
+    def _mib(cls, value: int | float | str) -> int | float | str:
+        to_unit(value, Unit.MIB, field="reserved.memory")
+        return value
+
+    @property
+    def memory_mib(self) -> int:
+        return to_unit(self.memory, Unit.MIB, field="reserved.memory")
+
+
+class SlotTypeSpec(Model):
+    """One SLOT_TYPE_<N>: its share of the machine, how many slots, and whether partitionable."""
+
+    id: Annotated[int, Field(ge=1, description="N in SLOT_TYPE_<N>")]
+    count: Annotated[int, Field(ge=0, description="NUM_SLOTS_TYPE_<N>")] = 1
+    partitionable: bool = False
+    resources: Annotated[
+        str | dict[str, ShareValue],
+        Field(
+            description=(
+                "The share, in SLOT_TYPE syntax ('cpus=2, ram=50%, 1/4') or as a map "
+                "(cpus: 2, memory: 50%, gpus: '2 : Capability >= 8.0', default: 25%)"
+            )
+        ),
+    ] = "auto"
+    consumption_policy: bool | None = Field(
+        default=None, description="SLOT_TYPE_<N>_CONSUMPTION_POLICY"
+    )
+    consumption: dict[str, ClassAdExpr] = Field(
+        default_factory=dict,
+        description="SLOT_TYPE_<N>_CONSUMPTION_<resource>: resource name -> ClassAd expression",
+    )
+
+
+def _check_slot_key(key: str) -> str:
+    if not key.isdigit() or int(key) < 1:
+        raise ValueError(f"slotAttributes: {key!r} is not a slot number; use '1', '2', ...")
+    return key
+
+
+class SlotPolicySpec(Model):
+    """spec of a SlotPolicy (kondor.io/v1alpha1)."""
+
+    node_selector: LabelSelector = Field(default_factory=LabelSelector)
+    priority: int = Field(default=0, description="Highest wins where policies overlap")
+    reserved: Reserved = Field(default_factory=Reserved)
+    slot_types: list[SlotTypeSpec] = Field(default_factory=list)
+    machine_resources: dict[str, Annotated[float, Field(ge=0)]] = Field(
+        default_factory=dict, description="MACHINE_RESOURCE_<name>: custom resource quantities"
+    )
+    attributes: dict[str, ClassAdExpr] = Field(
+        default_factory=dict, description="STARTD_ATTRS: attribute name -> ClassAd expression"
+    )
+    slot_attributes: dict[str, dict[str, ClassAdExpr]] = Field(
+        default_factory=dict,
+        description="SLOT<N>_<attr>: slot number -> attribute name -> ClassAd expression",
+    )
+    macros: dict[str, str] = Field(
+        default_factory=dict, description="Configuration macros usable as $(NAME)"
+    )
+    # The startd policy expressions, by their HTCondor names in camelCase.
+    start: ClassAdExpr | None = None
+    is_owner: ClassAdExpr | None = None
+    rank: ClassAdExpr | None = None
+    want_suspend: ClassAdExpr | None = None
+    suspend: ClassAdExpr | None = None
+    continue_: ClassAdExpr | None = Field(default=None, alias="continue")
+    preempt: ClassAdExpr | None = None
+    want_vacate: ClassAdExpr | None = None
+    kill: ClassAdExpr | None = None
+    max_job_retirement_time: ClassAdExpr | None = None
+    machine_max_vacate_time: ClassAdExpr | None = None
+    killing_timeout: ClassAdExpr | None = None
+    match_timeout: ClassAdExpr | None = None
+    claim_worklife: ClassAdExpr | None = None
+    run_benchmarks: ClassAdExpr | None = None
+    start_backfill: ClassAdExpr | None = None
+    evict_backfill: ClassAdExpr | None = None
+    hibernate: ClassAdExpr | None = None
+    consumption_policy: bool | None = Field(default=None, description="CONSUMPTION_POLICY")
+    modify_request: dict[str, ClassAdExpr] = Field(
+        default_factory=dict,
+        description="MODIFY_REQUEST_EXPR_<attr>: request attribute -> rounding expression",
+    )
+    condor_config: str = Field(default="", description="An HTCondor configuration snippet")
+
+    @field_validator("slot_attributes")
+    @classmethod
+    def _slot_keys(cls, value: dict[str, dict[str, str]]) -> dict[str, dict[str, str]]:
+        for key in value:
+            _check_slot_key(key)
+        return value
+
+    @field_validator("slot_types")
+    @classmethod
+    def _unique_ids(cls, value: list[SlotTypeSpec]) -> list[SlotTypeSpec]:
+        seen: set[int] = set()
+        for slot_type in value:
+            if slot_type.id in seen:
+                raise ValueError(f"slotTypes: id {slot_type.id} appears twice; ids are unique")
+            seen.add(slot_type.id)
+        return value
+
+
+#: The policy expressions: the field name in the spec and the HTCondor knob it sets.
+POLICY_EXPRESSIONS: dict[str, str] = {
+    "start": "START",
+    "is_owner": "IS_OWNER",
+    "rank": "RANK",
+    "want_suspend": "WANT_SUSPEND",
+    "suspend": "SUSPEND",
+    "continue_": "CONTINUE",
+    "preempt": "PREEMPT",
+    "want_vacate": "WANT_VACATE",
+    "kill": "KILL",
+    "max_job_retirement_time": "MAXJOBRETIREMENTTIME",
+    "machine_max_vacate_time": "MachineMaxVacateTime",
+    "killing_timeout": "KILLING_TIMEOUT",
+    "match_timeout": "MATCH_TIMEOUT",
+    "claim_worklife": "CLAIM_WORKLIFE",
+    "run_benchmarks": "RUNBENCHMARKS",
+    "start_backfill": "START_BACKFILL",
+    "evict_backfill": "EVICT_BACKFILL",
+    "hibernate": "HIBERNATE",
+}

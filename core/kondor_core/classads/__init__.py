@@ -1,0 +1,100 @@
+"""Glue around HTCondor's own ClassAd engine (`classad2` from the htcondor wheel).
+
+Kondor never evaluates an expression itself: every expression is parsed and
+evaluated by classad2. This module gives the rest of the core a typed surface
+and error messages that name the field a bad expression came from.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from functools import lru_cache
+from typing import Any
+
+import classad2
+
+ClassAd = classad2.ClassAd
+ExprTree = classad2.ExprTree
+Value = classad2.Value
+
+#: What classad2 returns for a literal or an evaluation: a Python scalar, a list,
+#: a nested ClassAd, or one of the special values UNDEFINED and ERROR.
+Scalar = bool | int | float | str
+
+
+class ExpressionError(ValueError):
+    """An expression classad2 cannot parse, with the field it came from."""
+
+    def __init__(self, field: str, text: str, reason: str) -> None:
+        super().__init__(f"{field}: {text!r} is not a valid ClassAd expression ({reason})")
+        self.field = field
+        self.text = text
+        self.reason = reason
+
+
+@lru_cache(maxsize=4096)
+def _parse(text: str) -> Any:
+    return classad2.ExprTree(text)
+
+
+def parse_expr(text: str, *, field: str) -> Any:
+    """Parse `text` with classad2; raise ExpressionError naming `field` if it is not an expression.
+
+    Parsed trees are cached: policies repeat the same few expressions on every slot.
+    """
+    if not text.strip():
+        raise ExpressionError(field, text, "the expression is empty")
+    try:
+        return _parse(text)
+    except classad2.ClassAdException as err:
+        raise ExpressionError(field, text, f"classad2: {err}") from None
+
+
+def check_expr(text: str, *, field: str) -> str:
+    """Validate `text` as a ClassAd expression and return it unchanged (for pydantic validators)."""
+    parse_expr(text, field=field)
+    return text
+
+
+def is_undefined(value: object) -> bool:
+    return value is Value.Undefined
+
+
+def is_error(value: object) -> bool:
+    return value is Value.Error
+
+
+def evaluate(text: str, *, my: Any = None, target: Any = None, field: str = "expression") -> Any:
+    """Evaluate expression `text` with MY = `my` and TARGET = `target` (either may be None)."""
+    tree = parse_expr(text, field=field)
+    if my is None:
+        return tree.eval()
+    if target is None:
+        return tree.eval(my)
+    return tree.eval(my, target)
+
+
+def parse_ad(text: str, *, field: str) -> Any:
+    """Parse ClassAd text, in the new `[a = 1; b = 2]` or the old `a = 1` per-line form."""
+    stripped = text.strip()
+    try:
+        if stripped.startswith("["):
+            return classad2.ClassAd(stripped)
+        return classad2.parseOne(stripped, classad2.ParserType.Old)
+    except classad2.ClassAdException as err:
+        raise ExpressionError(field, text[:200], f"classad2: {err}") from None
+
+
+def literal(value: object) -> str:
+    """Render a Python value as ClassAd source text (strings quoted the ClassAd way)."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int | float):
+        return repr(value)
+    if isinstance(value, str):
+        return str(classad2.quote(value))
+    if isinstance(value, list | tuple):
+        return "{" + ", ".join(literal(v) for v in value) + "}"
+    if isinstance(value, Mapping):
+        return "[" + "; ".join(f"{k} = {literal(v)}" for k, v in value.items()) + "]"
+    raise TypeError(f"no ClassAd literal for {type(value).__name__}")
