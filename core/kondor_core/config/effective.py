@@ -32,7 +32,10 @@ class SlotTypeDef:
     """One slot type after compilation (SLOT_TYPE_<N> and its companions)."""
 
     id: int
-    count: int
+    #: NUM_SLOTS_TYPE_<N>: a number, or a ClassAd expression over the machine's Detected*/Total*
+    #: attributes when it depends on the node (`use FEATURE : StaticSlots` gives `TotalCpus`);
+    #: the layout evaluates it against the machine.
+    count: int | str
     partitionable: bool
     shares: ShareSpec
     consumption_policy: bool = False
