@@ -49,3 +49,10 @@ bench: venv ## Benchmarks with their baselines
 	$(BIN)/python bench/bench_carving.py
 
 .PHONY: help venv fmt lint typecheck crds crds-check test check bench
+
+##@ Demo
+demo: venv ## Show the slots the GPU example policy gives a node, and where two jobs land
+	$(BIN)/kondor simulate --machine examples/machines/gpu-mixed.yaml \
+	    --policy examples/policies/gpu-split.yaml \
+	    --request examples/jobs/train.yaml --request examples/jobs/small.yaml
+.PHONY: demo

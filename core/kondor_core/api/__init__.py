@@ -12,7 +12,7 @@ from kondor_core.api.machine import Gpu, Machine
 from kondor_core.api.manifest import (
     ExecutionJob,
     ExecutionPoint,
-    InvalidObject,
+    InvalidObjectError,
     ObjectMeta,
     SlotPolicy,
     describe_errors,
@@ -39,7 +39,7 @@ __all__ = [
     "ExecutionPointSpec",
     "ExecutionPointStatus",
     "Gpu",
-    "InvalidObject",
+    "InvalidObjectError",
     "LabelSelector",
     "Machine",
     "Model",

@@ -46,3 +46,14 @@ Quantity = Annotated[
     int | float | str,
     Field(json_schema_extra={"x-kubernetes-int-or-string": True}),
 ]
+
+
+class Condition(Model):
+    """A Kubernetes status condition (metav1.Condition)."""
+
+    type: str
+    status: str = Field(description="True, False or Unknown")
+    reason: str = ""
+    message: str = ""
+    observed_generation: int | None = None
+    last_transition_time: str | None = None

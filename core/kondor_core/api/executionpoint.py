@@ -6,7 +6,7 @@ from typing import Any
 
 from pydantic import Field
 
-from kondor_core.api.base import Model
+from kondor_core.api.base import Condition, Model
 
 
 class ResolvedPolicy(Model):
@@ -40,9 +40,25 @@ class SlotStatus(Model):
     ad: dict[str, Any] = Field(default_factory=dict)
 
 
+class SlotSummary(Model):
+    """Counts shown by `kubectl get executionpoints`."""
+
+    slots: int = 0
+    claimed: int = 0
+    unclaimed: int = 0
+    owner: int = 0
+    cpus: float = 0
+    memory: str = "0"
+    gpus: int = 0
+    state: str = ""
+
+
 class ExecutionPointStatus(Model):
     """status of an ExecutionPoint: written by the agent, except `operator`."""
 
+    summary: SlotSummary = Field(default_factory=SlotSummary)
     slots: list[SlotStatus] = Field(default_factory=list)
+    conditions: list[Condition] = Field(default_factory=list)
+    last_heartbeat: str | None = None
     machine: dict[str, Any] = Field(default_factory=dict)
     operator: dict[str, Any] = Field(default_factory=dict)

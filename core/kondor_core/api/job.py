@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import Field, field_validator
 
-from kondor_core.api.base import ClassAdExpr, Model, Quantity
+from kondor_core.api.base import ClassAdExpr, Condition, Model, Quantity
 from kondor_core.api.quantity import Unit, to_unit
 
 
@@ -51,3 +51,14 @@ class ExecutionJobSpec(Model):
     @property
     def request_disk_kib(self) -> int:
         return to_unit(self.request_disk, Unit.KIB, field="requestDisk")
+
+
+class ExecutionJobStatus(Model):
+    """status of an ExecutionJob: the operator writes the match, the agent `execution`."""
+
+    job_status: Literal["Idle", "Running", "Suspended", "Held", "Completed", "Removed"] = "Idle"
+    execution_point: str | None = None
+    slot: str | None = None
+    hold_reason: str | None = None
+    conditions: list[Condition] = Field(default_factory=list)
+    execution: dict[str, Any] = Field(default_factory=dict)

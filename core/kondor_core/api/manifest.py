@@ -6,7 +6,7 @@ from typing import Any, Generic, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from kondor_core.api.base import API_VERSION, Model
+from kondor_core.api.base import Model
 from kondor_core.api.executionpoint import ExecutionPointSpec, ExecutionPointStatus
 from kondor_core.api.job import ExecutionJobSpec
 from kondor_core.api.slotpolicy import SlotPolicySpec
@@ -28,7 +28,7 @@ SpecT = TypeVar("SpecT", bound=Model)
 
 
 class _Object(Model, Generic[SpecT]):
-    api_version: Literal["kondor.io/v1alpha1"] = API_VERSION
+    api_version: Literal["kondor.io/v1alpha1"] = "kondor.io/v1alpha1"
     metadata: ObjectMeta
     spec: SpecT
     status: dict[str, Any] | None = None
@@ -47,7 +47,7 @@ class ExecutionPoint(_Object[ExecutionPointSpec]):
     status: ExecutionPointStatus | None = None  # type: ignore[assignment]
 
 
-class InvalidObject(ValueError):
+class InvalidObjectError(ValueError):
     """A manifest or model that failed validation; `problems` lists `path: message` lines."""
 
     def __init__(self, what: str, problems: list[str]) -> None:
@@ -75,6 +75,9 @@ def describe_errors(err: ValidationError, *, prefix: str = "") -> list[str]:
         loc = tuple(part for part in problem["loc"] if not _is_union_tag(part))
         path = _path(((prefix,) if prefix else ()) + loc)
         message = str(problem["msg"]).removeprefix("Value error, ")
+        head, sep, rest = message.partition(": ")
+        if sep and " " not in head and head in path:  # our validators name the field too
+            message = rest
         value = problem.get("input")
         shown = "" if isinstance(value, dict | list) or value is None else f" (got {value!r})"
         if shown and repr(value) in message:
@@ -94,8 +97,8 @@ M = TypeVar("M", bound=BaseModel)
 
 
 def validate(model: type[M], data: object, *, what: str, prefix: str = "") -> M:
-    """Validate `data` as `model`, raising InvalidObject with readable lines."""
+    """Validate `data` as `model`, raising InvalidObjectError with readable lines."""
     try:
         return model.model_validate(data)
     except ValidationError as err:
-        raise InvalidObject(what, describe_errors(err, prefix=prefix)) from None
+        raise InvalidObjectError(what, describe_errors(err, prefix=prefix)) from None

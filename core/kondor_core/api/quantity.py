@@ -42,7 +42,7 @@ class Unit(Enum):
 
 
 def parse_quantity(value: str | int | float, *, bare: Unit, field: str) -> Decimal:
-    """Return the number of bytes in `value`, a Kubernetes quantity or a bare number in `bare` units.
+    """Return the bytes in `value`: a Kubernetes quantity, or a bare number in `bare` units.
 
     Raises ValueError naming `field`, the value and the accepted forms.
     """

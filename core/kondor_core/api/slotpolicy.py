@@ -10,7 +10,7 @@ from typing import Annotated, Literal
 
 from pydantic import Field, field_validator
 
-from kondor_core.api.base import ClassAdExpr, Model, Quantity
+from kondor_core.api.base import ClassAdExpr, Condition, Model, Quantity
 from kondor_core.api.quantity import Unit, to_unit
 
 ShareValue = int | float | str
@@ -138,6 +138,16 @@ class SlotPolicySpec(Model):
                 raise ValueError(f"slotTypes: id {slot_type.id} appears twice; ids are unique")
             seen.add(slot_type.id)
         return value
+
+
+class SlotPolicyStatus(Model):
+    """status of a SlotPolicy, written by the operator."""
+
+    observed_generation: int | None = None
+    selected_nodes: int = 0
+    hash: str | None = Field(default=None, description="Hash of the compiled policy")
+    conditions: list[Condition] = Field(default_factory=list)
+    warnings: list[str] = Field(default_factory=list, description="Knobs reported at compile")
 
 
 #: The policy expressions: the field name in the spec and the HTCondor knob it sets.

@@ -159,7 +159,7 @@ def _absolute(text: str, *, resource: str | None, field: str) -> Fraction:
     if not suffix:
         return number
     if resource not in {"memory", "disk", "swap"}:
-        raise ShareError(f"{field}: {text!r} has a size suffix, but {resource} is counted, not sized")
+        raise ShareError(f"{field}: {text!r} has a size suffix, but {resource} is a count")
     kib = number * _BINARY[suffix[0].lower()]
     return kib if resource == "disk" else kib / 1024
 

@@ -1,0 +1,1 @@
+"""The Kondor node agent (DaemonSet): detection, carving, policy, launchers, reporting."""

@@ -1,0 +1,1 @@
+"""The `kondor` and `kubectl-kondor` commands."""

@@ -1,0 +1,82 @@
+"""Reading the files users hand to the CLI: machines, SlotPolicy and ExecutionJob manifests, ads."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from kondor_core.api import ExecutionJob, Machine, SlotPolicy, validate
+from kondor_core.classads import parse_ad
+
+
+class UserError(Exception):
+    """A problem in what the user gave us; the message names the file and the field."""
+
+
+def read_yaml(path: Path) -> Any:
+    try:
+        text = path.read_text()
+    except OSError as err:
+        raise UserError(f"{path}: cannot read it ({err.strerror})") from None
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as err:
+        raise UserError(f"{path}: not valid YAML ({err})") from None
+
+
+def _mapping(path: Path, data: Any, what: str) -> dict[str, Any]:
+    if not isinstance(data, dict):
+        raise UserError(f"{path}: expected {what} as a YAML mapping, got {type(data).__name__}")
+    return data
+
+
+def _check_kind(path: Path, data: dict[str, Any], kind: str) -> None:
+    if data.get("kind") != kind:
+        raise UserError(
+            f"{path}: kind is {data.get('kind')!r}; expected a {kind} manifest "
+            f"(apiVersion: kondor.io/v1alpha1, kind: {kind})"
+        )
+
+
+def load_machine(path: Path) -> Machine:
+    data = _mapping(path, read_yaml(path), "a machine description")
+    try:
+        return validate(Machine, data, what=str(path))
+    except ValueError as err:
+        raise UserError(str(err)) from None
+
+
+def load_policy(path: Path) -> SlotPolicy:
+    data = _mapping(path, read_yaml(path), "a SlotPolicy manifest")
+    _check_kind(path, data, "SlotPolicy")
+    try:
+        return validate(SlotPolicy, data, what=str(path))
+    except ValueError as err:
+        raise UserError(str(err)) from None
+
+
+def load_request(path: Path) -> tuple[str, ExecutionJob | Any]:
+    """An ExecutionJob manifest, or a file of ClassAd text (named after the file)."""
+    try:
+        text = path.read_text()
+    except OSError as err:
+        raise UserError(f"{path}: cannot read it ({err.strerror})") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError:
+        data = None
+    if isinstance(data, dict) and "apiVersion" in data:
+        _check_kind(path, data, "ExecutionJob")
+        try:
+            job = validate(ExecutionJob, data, what=str(path))
+        except ValueError as err:
+            raise UserError(str(err)) from None
+        return job.metadata.name, job
+    try:
+        return path.stem, parse_ad(text, field=str(path))
+    except ValueError as err:
+        raise UserError(
+            f"{path}: neither an ExecutionJob manifest nor ClassAd text ({err})"
+        ) from None

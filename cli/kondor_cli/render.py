@@ -1,0 +1,52 @@
+"""Tables for people, in the spirit of condor_status."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, Protocol
+
+_STANDARD = ("Cpus", "Memory", "Disk", "GPUs")
+
+
+class PlacementLike(Protocol):
+    request: str
+    slot: str | None
+    reason: str | None
+
+
+def _cell(value: Any) -> str:
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    return "" if value is None else str(value)
+
+
+def table(headers: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:
+    cells = [[_cell(value) for value in row] for row in rows]
+    widths = [max([len(h), *(len(row[i]) for row in cells)]) for i, h in enumerate(headers)]
+    lines = ["  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True)).rstrip()]
+    lines += [
+        "  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in cells
+    ]
+    return "\n".join(lines)
+
+
+def slot_table(slots: Sequence[Mapping[str, Any]], placements: Sequence[PlacementLike]) -> str:
+    """Slots as condor_status prints them, custom resources as extra columns, then placements."""
+    custom: list[str] = []
+    for ad in slots:
+        for name in ad.get("MachineResources", "").split():
+            if name not in _STANDARD and name not in custom and name != "Swap":
+                custom.append(name)
+    headers = ["Name", "Type", "State", "Activity", *_STANDARD, *custom]
+    rows = [
+        [ad.get("Name"), ad.get("SlotType"), ad.get("State"), ad.get("Activity")]
+        + [ad.get(name, 0) for name in (*_STANDARD, *custom)]
+        for ad in slots
+    ]
+    out = table(headers, rows)
+    if placements:
+        out += "\n\n" + table(
+            ["Request", "Slot", "Reason"],
+            [[p.request, p.slot or "-", p.reason or ""] for p in placements],
+        )
+    return out

@@ -1,0 +1,1 @@
+"""The Kondor operator (kopf): SlotPolicy and ExecutionPoint reconcilers, negotiator, webhooks."""
