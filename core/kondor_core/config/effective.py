@@ -31,6 +31,7 @@ DEFAULT_CONSUMPTION: Mapping[str, str] = {
 class SlotTypeDef:
     """One slot type after compilation (SLOT_TYPE_<N> and its companions)."""
 
+    #: N in SLOT_TYPE_<N>; 0 is HTCondor's evenly divided type that NUM_SLOTS creates.
     id: int
     #: NUM_SLOTS_TYPE_<N>: a number, or a ClassAd expression over the machine's Detected*/Total*
     #: attributes when it depends on the node (`use FEATURE : StaticSlots` gives `TotalCpus`);
@@ -38,6 +39,7 @@ class SlotTypeDef:
     count: int | str
     partitionable: bool
     shares: ShareSpec
+    #: SLOT_TYPE_<N>_CONSUMPTION_POLICY, or CONSUMPTION_POLICY when the type does not set it.
     consumption_policy: bool = False
     #: resource name (cpus, memory, disk, or a custom one) -> ClassAd expression over TARGET
     consumption: Mapping[str, str] = field(default_factory=dict)
@@ -57,6 +59,15 @@ class EffectivePolicy:
     reserved_memory_mib: int = 0
     #: MACHINE_RESOURCE_<name>: custom resource quantities declared by the policy.
     machine_resources: Mapping[str, float] = field(default_factory=dict)
+    #: MACHINE_RESOURCE_<name> given as a list of ids (`MACHINE_RESOURCE_Cogs = c0, c1`):
+    #: the ids of each such resource (its quantity in `machine_resources` is their count).
+    machine_resource_ids: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    #: MACHINE_RESOURCE_NAMES: when set, only these custom resources are enabled (detected
+    #: ones included); None enables every resource.
+    machine_resource_names: tuple[str, ...] | None = None
+    #: MACHINE_RESOURCE_INVENTORY_<name> (`use FEATURE : GPUs` sets it for GPUs): resources
+    #: whose devices the node agent discovers rather than the policy declaring a quantity.
+    inventory_resources: tuple[str, ...] = ()
     #: STARTD_ATTRS: attribute -> ClassAd expression text, on every slot.
     startd_attrs: Mapping[str, str] = field(default_factory=dict)
     #: SLOT<N>_STARTD_ATTRS and SLOT<N>_<attr>: slot number -> attribute -> expression.

@@ -1,0 +1,166 @@
+"""Which configuration knobs Kondor reads, keeps for the policy engine, or knows it ignores.
+
+The reference's "condor_startd Policy Configuration" and "Configuration for
+Execution Points" name the knobs; everything a snippet sets is one of:
+
+- a knob the compiler turns into a field of the effective policy (slot types,
+  policy expressions, STARTD_ATTRS, ...), matched by `understood_pattern`;
+- a startd knob kept in `EffectivePolicy.macros` for the policy engine
+  (`STARTD_KNOBS`);
+- an HTCondor knob Kondor does not implement (`unimplemented_reason`): reported;
+- a helper macro some understood knob refers to as $(NAME): fine;
+- anything else: reported as unknown.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+
+from kondor_core.api.slotpolicy import POLICY_EXPRESSIONS
+
+#: HTCondor knob (upper case) -> the spelling Kondor uses for it.
+POLICY_KNOBS: Mapping[str, str] = {knob.upper(): knob for knob in POLICY_EXPRESSIONS.values()}
+
+#: Startd knobs the compiler does not turn into fields, kept in `macros` for the
+#: policy engine and the agent (upper case -> canonical spelling).
+STARTD_KNOBS: Mapping[str, str] = {
+    name.upper(): name
+    for name in (
+        "ENABLE_BACKFILL",
+        "BACKFILL_SYSTEM",
+        "POLLING_INTERVAL",
+        "UPDATE_INTERVAL",
+        "UPDATE_OFFSET",
+        "STARTD_LATCH_EXPRS",
+        "WANT_HOLD",
+        "WANT_HOLD_REASON",
+        "WANT_HOLD_SUBCODE",
+        "HIBERNATE_CHECK_INTERVAL",
+        "MUST_MODIFY_REQUEST_EXPRS",
+        "STARTD_NOCLAIM_SHUTDOWN",
+        "MAX_CLAIM_ALIVES_MISSED",
+        "CLAIM_PARTITIONABLE_LEFTOVERS",
+        "STARTD_JOB_ATTRS",
+        "MAX_JOB_RUNTIME",
+    )
+}
+
+#: Startd knobs in `macros` whose value is a ClassAd expression: checked at compile.
+STARTD_EXPRESSION_KNOBS = frozenset({"WANT_HOLD", "WANT_HOLD_REASON", "WANT_HOLD_SUBCODE"})
+
+#: Knobs the compiler reads by exact name (upper case).
+EXACT_KNOBS = frozenset(
+    {
+        "NUM_SLOTS",
+        "NUM_CPUS",
+        "MEMORY",
+        "RESERVED_MEMORY",
+        "MACHINE_RESOURCE_NAMES",
+        "STARTD_ATTRS",
+        "STARTD_EXPRS",
+        "CONSUMPTION_POLICY",
+    }
+)
+
+#: Knobs the compiler reads by pattern: N is a slot type or slot number.
+KNOB_PATTERNS = (
+    re.compile(r"SLOT_TYPE_(\d+)", re.IGNORECASE),
+    re.compile(r"NUM_SLOTS_TYPE_(\d+)", re.IGNORECASE),
+    re.compile(r"SLOT_TYPE_(\d+)_PARTITIONABLE", re.IGNORECASE),
+    re.compile(r"SLOT_TYPE_(\d+)_CONSUMPTION_POLICY", re.IGNORECASE),
+    re.compile(r"SLOT_TYPE_(\d+)_CONSUMPTION_(\w+)", re.IGNORECASE),
+    re.compile(r"CONSUMPTION_(\w+)", re.IGNORECASE),
+    re.compile(r"MACHINE_RESOURCE_INVENTORY_(\w+)", re.IGNORECASE),
+    re.compile(r"MACHINE_RESOURCE_(\w+)", re.IGNORECASE),
+    re.compile(r"SLOT(\d+)_STARTD_(?:ATTRS|EXPRS)", re.IGNORECASE),
+    re.compile(r"MODIFY_REQUEST_EXPR_(\w+)", re.IGNORECASE),
+)
+
+_NEGOTIATOR = "it configures the negotiator, which a SlotPolicy does not"
+_NO_KEYBOARD = "a pod has no console or keyboard to share with slots"
+_AGENT_GPUS = "the Kondor agent discovers GPUs and sets the job's GPU environment itself"
+_CRON = "startd cron hooks are not implemented by SlotPolicy"
+
+#: HTCondor knobs Kondor does not implement, with the reason (upper case).
+UNIMPLEMENTED: Mapping[str, str] = {
+    "PERIODIC_CHECKPOINT": "Kondor does not checkpoint jobs periodically",
+    "PREEMPTION_REQUIREMENTS": _NEGOTIATOR,
+    "PREEMPTION_RANK": _NEGOTIATOR,
+    "NEGOTIATOR_PRE_JOB_RANK": _NEGOTIATOR,
+    "NEGOTIATOR_POST_JOB_RANK": _NEGOTIATOR,
+    "NEGOTIATOR_CONSIDER_PREEMPTION": _NEGOTIATOR,
+    "ALLOW_PSLOT_PREEMPTION": _NEGOTIATOR,
+    "SLOT_WEIGHT": _NEGOTIATOR,
+    "SLOTS_CONNECTED_TO_KEYBOARD": _NO_KEYBOARD,
+    "SLOTS_CONNECTED_TO_CONSOLE": _NO_KEYBOARD,
+    "GPU_DISCOVERY_EXTRA": _AGENT_GPUS,
+    "RESERVED_DISK": "only spec.reserved cpus and memory (RESERVED_MEMORY) are implemented",
+    "RESERVED_SWAP": "only spec.reserved cpus and memory (RESERVED_MEMORY) are implemented",
+    "COUNT_HYPERTHREAD_CPUS": "the node's CPU count comes from Kubernetes",
+    "STARTD_SLOT_ATTRS": "slots do not publish each other's attributes",
+    "EXECUTE": "the agent chooses each job's scratch directory",
+    "JOB_DEFAULT_REQUESTCPUS": "it is submit-side configuration",
+    "JOB_DEFAULT_REQUESTMEMORY": "it is submit-side configuration",
+    "JOB_DEFAULT_REQUESTDISK": "it is submit-side configuration",
+    "DAEMON_LIST": "Kondor runs no HTCondor daemons",
+    "CONDOR_HOST": "Kondor runs no HTCondor daemons",
+    "COLLECTOR_HOST": "Kondor runs no HTCondor daemons",
+}
+
+#: Families of HTCondor knobs Kondor does not implement: name prefix -> reason.
+UNIMPLEMENTED_PREFIXES: Mapping[str, str] = {
+    "ENVIRONMENT_FOR_": _AGENT_GPUS,
+    "ENVIRONMENT_VALUE_FOR_": _AGENT_GPUS,
+    "STARTD_CRON_": _CRON,
+    "BENCHMARKS_": _CRON,
+    "ALLOW_": "HTCondor security settings do not apply; Kubernetes RBAC does",
+    "DENY_": "HTCondor security settings do not apply; Kubernetes RBAC does",
+    "SEC_": "HTCondor security settings do not apply; Kubernetes RBAC does",
+    "NEGOTIATOR_": _NEGOTIATOR,
+    "SCHEDD_": "it configures the schedd, not an execution point",
+    "COLLECTOR_": "Kondor runs no collector",
+    "DOCKER_": "jobs run as pods; container settings come from the job's pod template",
+    "SINGULARITY": "jobs run as pods; container settings come from the job's pod template",
+    "APPTAINER": "jobs run as pods; container settings come from the job's pod template",
+    "CGROUP_": "the agent manages the job's cgroups through Kubernetes",
+    "STARTER_": "Kondor's agent launches jobs; there is no condor_starter",
+    "USE_PID_NAMESPACES": "jobs run as pods, each in its own namespaces",
+    "MOUNT_UNDER_SCRATCH": "jobs run as pods with their own filesystem",
+    "HIBERNATION_": "Kondor does not put nodes to sleep",
+    "UNHIBERNATE": "Kondor does not put nodes to sleep",
+}
+
+#: Knobs the compiler reads only by their slot-number prefix (SLOT<N>_<knob>) that
+#: HTCondor has for other purposes than attributes.
+PER_SLOT_UNIMPLEMENTED: Mapping[str, str] = {
+    "EXECUTE": "the agent chooses each job's scratch directory",
+    "USER": "jobs run as the pod's user",
+    "CPU_AFFINITY": "CPU placement is the kubelet's",
+    "JOB_HOOK_KEYWORD": "job hooks are not implemented",
+}
+
+
+def is_understood(name: str) -> bool:
+    """Whether the compiler turns the knob `name` into a field of the effective policy."""
+    upper = name.upper()
+    if upper in POLICY_KNOBS or upper in EXACT_KNOBS:
+        return True
+    return any(pattern.fullmatch(name) for pattern in KNOB_PATTERNS)
+
+
+def unimplemented_reason(name: str) -> str | None:
+    """Why Kondor does not implement the HTCondor knob `name`, or None if it is not one."""
+    upper = name.upper()
+    if upper in UNIMPLEMENTED:
+        return UNIMPLEMENTED[upper]
+    for prefix, reason in UNIMPLEMENTED_PREFIXES.items():
+        if upper.startswith(prefix):
+            return reason
+    return None
+
+
+def canonical_name(name: str) -> str:
+    """The spelling Kondor reports a knob under (HTCondor names are case-insensitive)."""
+    upper = name.upper()
+    return POLICY_KNOBS.get(upper) or STARTD_KNOBS.get(upper) or name
