@@ -3,15 +3,11 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any, Protocol
+from typing import Any
+
+from kondor_core.slots import Placement
 
 _STANDARD = ("Cpus", "Memory", "Disk", "GPUs")
-
-
-class PlacementLike(Protocol):
-    request: str
-    slot: str | None
-    reason: str | None
 
 
 def _cell(value: Any) -> str:
@@ -30,7 +26,7 @@ def table(headers: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:
     return "\n".join(lines)
 
 
-def slot_table(slots: Sequence[Mapping[str, Any]], placements: Sequence[PlacementLike]) -> str:
+def slot_table(slots: Sequence[Mapping[str, Any]], placements: Sequence[Placement]) -> str:
     """Slots as condor_status prints them, custom resources as extra columns, then placements."""
     custom: list[str] = []
     for ad in slots:

@@ -74,13 +74,35 @@ def evaluate(text: str, *, my: Any = None, target: Any = None, field: str = "exp
     return tree.eval(my, target)
 
 
+def match_scope(my: Any, target: Any) -> Any:
+    """An ad to evaluate MY's expressions in, with HTCondor's matchmaking lookup rule.
+
+    In HTCondor an unqualified attribute reference is looked up in MY and, when MY
+    does not have it, in TARGET (`Requirements = OpSys == "LINUX"` in a job means
+    the machine's OpSys). classad2's `eval(my, target)` looks only in MY, so the
+    result is MY's attributes layered over a copy of TARGET's; evaluate with
+    `tree.eval(match_scope(my, target), target)`. `MY.x` of an attribute only TARGET
+    has resolves too, where HTCondor would say UNDEFINED: a deliberate, documented
+    approximation.
+    """
+    scope = classad2.ClassAd()
+    scope.update(target)
+    scope.update(my)
+    return scope
+
+
 def parse_ad(text: str, *, field: str) -> Any:
-    """Parse ClassAd text, in the new `[a = 1; b = 2]` or the old `a = 1` per-line form."""
+    """Parse ClassAd text, in the new `[a = 1; b = 2]` or the old one-`a = 1`-per-line form.
+
+    Old-form lines are joined into a new-form ad so classad2's strict parser sees
+    every line: its old-form parser stops quietly at the first bad line.
+    """
     stripped = text.strip()
+    if not stripped.startswith("["):
+        lines = [line.strip() for line in stripped.splitlines()]
+        stripped = "[" + ";\n".join(line for line in lines if line and line[0] != "#") + "]"
     try:
-        if stripped.startswith("["):
-            return classad2.ClassAd(stripped)
-        return classad2.parseOne(stripped, classad2.ParserType.Old)
+        return classad2.ClassAd(stripped)
     except classad2.ClassAdException as err:
         raise ExpressionError(field, text[:200], f"classad2: {err}") from None
 

@@ -40,7 +40,7 @@ def _run_json(capsys: pytest.CaptureFixture[str], *argv: str | Path) -> dict[str
 def test_reference_dynamic_provisioning_example(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """The manual's 10-cpu, 10240 MB partitionable slot carved by JobA (3 cpus, 1024 MB, 10240 KB)."""
+    """The manual's 10-cpu, 10240 MB partitionable slot carved by JobA (3 cpus, 1024 MB)."""
     machine = _write(
         tmp_path, "m.yaml", {"name": "big", "cpus": 10, "memory": 10240, "disk": 1048576}
     )
