@@ -20,8 +20,8 @@ from kondor_core.classads import check_expr
 STANDARD = ("cpus", "memory", "disk", "swap")
 
 #: Spellings of the four predefined resources. The manual tells them apart by
-#: their first letter; Kondor accepts the spellings it lists and any prefix of
-#: the full names, so that a custom resource such as `cogs` is never read as cpus.
+#: their first letter (c, r/m, d, s/v); Kondor accepts those letters and any prefix
+#: of the names it lists, so that a custom resource such as `cogs` is never cpus.
 _STANDARD_WORDS = {
     "cpus": ("cpus",),
     "memory": ("memory", "ram", "mem"),
@@ -44,17 +44,9 @@ class ShareError(ValueError):
 def canonical_resource(name: str) -> str | None:
     """The standard resource `name` spells (cpus, memory, disk, swap), or None for a custom one."""
     lowered = name.strip().lower()
-    if not lowered:
-        return None
     for canonical, words in _STANDARD_WORDS.items():
-        if lowered == canonical[0] or any(word.startswith(lowered) for word in words):
-            if lowered in {"m", "r"} and canonical != "memory":
-                continue
+        if lowered and any(word.startswith(lowered) for word in words):
             return canonical
-    if lowered in {"r", "m"}:
-        return "memory"
-    if lowered in {"s", "v"}:
-        return "swap"
     return None
 
 
