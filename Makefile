@@ -47,6 +47,7 @@ check: lint typecheck crds-check test ## Everything CI runs
 
 bench: venv ## Benchmarks with their baselines
 	$(BIN)/python bench/bench_carving.py
+	$(BIN)/python bench/bench_policy.py
 
 .PHONY: help venv fmt lint typecheck crds crds-check test check bench
 

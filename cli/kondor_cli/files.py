@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -9,6 +10,7 @@ import yaml
 
 from kondor_core.api import ExecutionJob, Machine, SlotPolicy, validate
 from kondor_core.classads import parse_ad
+from kondor_core.policy.scenario import Scenario, load_scenario
 
 
 class UserError(Exception):
@@ -80,3 +82,26 @@ def load_request(path: Path) -> tuple[str, ExecutionJob | Any]:
         raise UserError(
             f"{path}: neither an ExecutionJob manifest nor ClassAd text ({err})"
         ) from None
+
+
+def load_scenario_file(path: Path) -> Scenario:
+    """A timeline scenario. A `{file: PATH}` in it is read relative to the scenario file's
+    directory; when no such file is there, relative to the current directory (so the paths
+    of a scenario written from the repository root, `examples/machines/...`, work too)."""
+    data = _mapping(path, read_yaml(path), "a timeline scenario")
+    return load_scenario(data, read=_relative_reader(path.parent), what=str(path))
+
+
+def _relative_reader(base: Path) -> Callable[[str, str], Any]:
+    def read(name: str, field: str) -> Any:
+        candidates = [base / name, Path.cwd() / name]
+        found = next((c for c in candidates if c.is_file()), None)
+        if found is None:
+            tried = " or ".join(str(c) for c in dict.fromkeys(candidates))
+            raise ValueError(f"{field}: {name}: no such file (looked for {tried})")
+        try:
+            return read_yaml(found)
+        except UserError as err:
+            raise ValueError(f"{field}: {err}") from None
+
+    return read

@@ -17,14 +17,27 @@ from typing import Any
 
 import yaml
 
-from kondor_cli.files import UserError, load_machine, load_policy, load_request
-from kondor_cli.render import slot_table
+from kondor_cli.files import (
+    UserError,
+    load_machine,
+    load_policy,
+    load_request,
+    load_scenario_file,
+)
+from kondor_cli.render import slot_table, timeline_table
 from kondor_core.api import ExecutionJob
 from kondor_core.config import PolicyError, compile_policy, render_policy
+from kondor_core.negotiation import replay
+from kondor_core.policy import PolicyError as EngineError
+from kondor_core.policy.scenario import ScenarioError
 from kondor_core.slots import LayoutError, job_ad, simulate
 
 
 def _simulate(args: argparse.Namespace) -> int:
+    if args.timeline is not None:
+        return _timeline(args)
+    if args.machine is None or args.policy is None:
+        raise UserError("--machine and --policy are required (or give --timeline SCENARIO.yaml)")
     machine = load_machine(args.machine)
     policy = load_policy(args.policy)
     effective = compile_policy(policy.spec)
@@ -46,6 +59,27 @@ def _simulate(args: argparse.Namespace) -> int:
         print("\n\n".join(result.classad_text()))
     else:
         print(slot_table(result.slots, result.placements))
+    return 0
+
+
+def _timeline(args: argparse.Namespace) -> int:
+    """`kondor simulate --timeline`: replay a scenario (kondor_core.negotiation.replay)."""
+    if args.output == "classad":
+        raise UserError("--timeline prints a table or json, not classad")
+    if args.machine is not None or args.policy is not None or args.request:
+        raise UserError(
+            "--timeline takes the machine, the policy and the jobs from the scenario file; "
+            "leave out --machine, --policy and --request"
+        )
+    scenario = load_scenario_file(args.timeline)
+    result = replay(scenario)
+    for warning in result.warnings:
+        print(f"warning: {args.timeline}: policy: {warning}", file=sys.stderr)
+    document = result.as_dict()
+    if args.output == "json":
+        print(json.dumps(document, indent=2))
+    else:
+        print(timeline_table(document))
     return 0
 
 
@@ -72,16 +106,25 @@ def build_parser() -> argparse.ArgumentParser:
         "simulate",
         help="show the slots a SlotPolicy gives a machine, and where requests would land",
         description="Carve MACHINE's slots with POLICY exactly as the agent will, place each "
-        "request in order as the startd would, and print the slot ads.",
+        "request in order as the startd would, and print the slot ads. With --timeline, "
+        "replay a scenario (machine, policy, and steps over simulated time) instead and "
+        "print every state/activity transition.",
     )
-    sim.add_argument("--machine", type=Path, required=True, help="machine description YAML")
-    sim.add_argument("--policy", type=Path, required=True, help="SlotPolicy manifest YAML")
+    sim.add_argument("--machine", type=Path, help="machine description YAML")
+    sim.add_argument("--policy", type=Path, help="SlotPolicy manifest YAML")
     sim.add_argument(
         "--request",
         type=Path,
         action="append",
         default=[],
         help="ExecutionJob manifest or ClassAd file; repeat to place several in order",
+    )
+    sim.add_argument(
+        "--timeline",
+        type=Path,
+        metavar="SCENARIO",
+        help="replay a scenario over simulated time and print every state/activity "
+        "transition (see docs/scenarios.md); --machine and --policy are then not used",
     )
     sim.add_argument("--output", "-o", choices=("table", "json", "classad"), default="table")
     sim.set_defaults(func=_simulate)
@@ -105,7 +148,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         result: Any = args.func(args)
-    except (UserError, PolicyError, LayoutError) as err:
+    except (UserError, PolicyError, LayoutError, ScenarioError, EngineError) as err:
         print(f"kondor {args.command}: {err}", file=sys.stderr)
         return 2
     except BrokenPipeError:  # `kondor simulate ... | head`

@@ -46,3 +46,34 @@ def slot_table(slots: Sequence[Mapping[str, Any]], placements: Sequence[Placemen
             [[p.request, p.slot or "-", p.reason or ""] for p in placements],
         )
     return out
+
+
+def timeline_table(document: Mapping[str, Any]) -> str:
+    """A replayed timeline: one row per transition, then the actions the agent would take."""
+    out = table(
+        ["Time", "Slot", "From", "To", "Job", "Reason"],
+        [
+            [
+                t["time"],
+                t["slot"],
+                t.get("from", ""),
+                f"{t['state']}/{t['activity']}",
+                t.get("job") or "",
+                t["reason"],
+            ]
+            for t in document["transitions"]
+        ],
+    )
+    actions = document.get("actions") or []
+    if actions:
+        out += "\n\n" + table(
+            ["Time", "Action", "Slot", "Job", "Reason"],
+            [[a["time"], a["kind"], a["slot"], a.get("job_id", ""), a["reason"]] for a in actions],
+        )
+    jobs = document.get("jobs") or []
+    if jobs:
+        out += "\n\n" + table(
+            ["Job", "Status", "Slot", "Reason"],
+            [[j["name"], j["status"], j.get("slot", ""), j.get("reason", "")] for j in jobs],
+        )
+    return out

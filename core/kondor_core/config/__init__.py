@@ -8,7 +8,13 @@ shows the result as plain data, and `policy_hash` fingerprints it.
 from kondor_core.config.compile import PolicyError, compile_policy
 from kondor_core.config.effective import EffectivePolicy, SlotTypeDef
 from kondor_core.config.render import policy_hash, render_policy, shares_text
-from kondor_core.config.snippet import MacroTable, Snippet, SnippetError, parse_snippet
+from kondor_core.config.snippet import (
+    MacroTable,
+    Snippet,
+    SnippetError,
+    builtin_value,
+    parse_snippet,
+)
 
 __all__ = [
     "EffectivePolicy",
@@ -17,6 +23,7 @@ __all__ = [
     "SlotTypeDef",
     "Snippet",
     "SnippetError",
+    "builtin_value",
     "compile_policy",
     "parse_snippet",
     "policy_hash",

@@ -22,6 +22,9 @@ from kondor_core.api.slotpolicy import POLICY_EXPRESSIONS
 #: HTCondor knob (upper case) -> the spelling Kondor uses for it.
 POLICY_KNOBS: Mapping[str, str] = {knob.upper(): knob for knob in POLICY_EXPRESSIONS.values()}
 
+#: Policy knobs with a `_VANILLA` variant consulted first for vanilla-universe jobs.
+_VANILLA_KNOBS = ("SUSPEND", "CONTINUE", "PREEMPT", "KILL", "WANT_SUSPEND", "WANT_VACATE")
+
 #: Startd knobs the compiler does not turn into fields, kept in `macros` for the
 #: policy engine and the agent (upper case -> canonical spelling).
 STARTD_KNOBS: Mapping[str, str] = {
@@ -43,6 +46,11 @@ STARTD_KNOBS: Mapping[str, str] = {
         "CLAIM_PARTITIONABLE_LEFTOVERS",
         "STARTD_JOB_ATTRS",
         "MAX_JOB_RUNTIME",
+        # The policy engine's own knobs ("condor_startd Policy Configuration", "The Claimed
+        # State and Leases"): cross-slot attributes, keep-alives, and the vanilla variants.
+        "STARTD_SLOT_ATTRS",
+        "ALIVE_INTERVAL",
+        *(f"{knob}_VANILLA" for knob in _VANILLA_KNOBS),
     )
 }
 
@@ -98,7 +106,6 @@ UNIMPLEMENTED: Mapping[str, str] = {
     "RESERVED_DISK": "only spec.reserved cpus and memory (RESERVED_MEMORY) are implemented",
     "RESERVED_SWAP": "only spec.reserved cpus and memory (RESERVED_MEMORY) are implemented",
     "COUNT_HYPERTHREAD_CPUS": "the node's CPU count comes from Kubernetes",
-    "STARTD_SLOT_ATTRS": "slots do not publish each other's attributes",
     "EXECUTE": "the agent chooses each job's scratch directory",
     "JOB_DEFAULT_REQUESTCPUS": "it is submit-side configuration",
     "JOB_DEFAULT_REQUESTMEMORY": "it is submit-side configuration",

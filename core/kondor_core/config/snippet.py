@@ -28,6 +28,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
+from functools import cache
 
 from kondor_core.config.templates import BUILTIN_MACROS, TEMPLATES, known_templates
 
@@ -617,3 +618,18 @@ def parse_snippet(text: str, *, builtins: Mapping[str, str] = BUILTIN_MACROS) ->
         tuple(reader.errors),
         tuple(reader.notes),
     )
+
+
+@cache
+def _builtin_table() -> MacroTable:
+    return parse_snippet("").table
+
+
+def builtin_value(name: str) -> str | None:
+    """A built-in macro's value with every $(...) expanded (`CPUBusy` ->
+    `((LoadAvg - CondorLoadAvg) >= 0.5)`), or None if Kondor has no such built-in.
+
+    The manual's helper macros are built-ins, so the policy engine reads their default
+    meaning here rather than keeping a second copy ("Examples of Policy Configuration")."""
+    expansion = _builtin_table().value(name)
+    return None if expansion is None else expansion.value

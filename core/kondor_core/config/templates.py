@@ -55,8 +55,22 @@ BUILTIN_MACROS: Mapping[str, str] = {
     "ContinueIdleTime": "5 * $(MINUTE)",
     "MaxSuspendTime": "10 * $(MINUTE)",
     "MaxVacateTime": "10 * $(MINUTE)",
+    # The manual's helper macros ("Examples of Policy Configuration": "These macros are here
+    # to help write legible expressions"), available to every policy. `MachineBusy` is printed
+    # there with an unbalanced parenthesis; it is balanced here. Names are case-insensitive, so
+    # CPUIdle is also POLICY_EXPR_FRAGMENTS' CpuIdle (the fragments, when used, replace these).
     "StateTimer": "(time() - EnteredCurrentState)",
     "ActivityTimer": "(time() - EnteredCurrentActivity)",
+    "ActivationTimer": "(time() - JobStart)",
+    "LastCkpt": "(time() - LastPeriodicCheckpoint)",
+    "NonCondorLoadAvg": "(LoadAvg - CondorLoadAvg)",
+    "KeyboardBusy": "(KeyboardIdle < $(MINUTE))",
+    "ConsoleBusy": "(ConsoleIdle  < $(MINUTE))",
+    "CPUIdle": "($(NonCondorLoadAvg) <= $(BackgroundLoad))",
+    "CPUBusy": "($(NonCondorLoadAvg) >= $(HighLoad))",
+    "KeyboardNotBusy": "($(KeyboardBusy) == False)",
+    "MachineBusy": "($(CPUBusy) || $(KeyboardBusy))",
+    "JustCPU": "($(CPUBusy) && ($(KeyboardBusy) == False))",
     "IsWindows": "false",
     # What the node has, as attributes of its slot ads (the layout evaluates them).
     "DETECTED_CPUS": "DetectedCpus",
@@ -91,12 +105,17 @@ ActivationTimer=ifThenElse(JobStart =!= UNDEFINED, (time() - JobStart), 0)
 LastCkpt=(time() - LastPeriodicCheckpoint)
 """
 
+# HTCondor 10 made CpuBusyTime a timestamp (with CpuBusyValue) and computes
+# `CpuBusyTimer = IfThenElse(CpuBusyValue is 1, time() - CpuBusyTime, 0)`. Kondor's engine
+# publishes CpuBusyTime as the manual's "Startd ClassAd Attributes" describe it, a duration
+# (0 while CpuBusy is false, else the seconds since it became true), and CpuIsBusy as the
+# current value, so CpuBusyTimer reads the duration directly: same meaning, same thresholds.
 _DESKTOP = """
 if ! defined PolicyExprFragments
   use FEATURE : POLICY_EXPR_FRAGMENTS
 endif
 STARTD_LATCH_EXPRS = $(STARTD_LATCH_EXPRS) CpuBusy
-CpuBusyTimer=IfThenElse(CpuBusyValue is 1, time() - CpuBusyTime, 0)
+CpuBusyTimer=ifThenElse(CpuIsBusy =?= true, CpuBusyTime, 0)
 WANT_SUSPEND=($(SmallJob) || $(KeyboardNotBusy) || $(IsVanilla) ) && ( $(SUSPEND))
 WANT_VACATE=$(ActivationTimer) > 600 || $(IsVanilla)
 SUSPEND=($(KeyboardBusy) || ( ($(CpuBusyTimer) > 120) && $(ActivationTimer) > 90))
@@ -146,7 +165,7 @@ if ! defined PolicyExprFragments
   use FEATURE : POLICY_EXPR_FRAGMENTS
 endif
 STARTD_LATCH_EXPRS = $(STARTD_LATCH_EXPRS) CpuBusy
-CpuBusyTimer=IfThenElse(CpuBusyValue is 1, time() - CpuBusyTime, 0)
+CpuBusyTimer=ifThenElse(CpuIsBusy =?= true, CpuBusyTime, 0)
 UWCS_WANT_SUSPEND=( $(SmallJob) || $(KeyboardNotBusy) || $(IsVanilla) ) && ( $(SUSPEND) )
 UWCS_WANT_VACATE=( $(ActivationTimer) > 10 * $(MINUTE) || $(IsVanilla) )
 UWCS_START=( (KeyboardIdle > $(StartIdleTime)) && ( $(CPUIdle) || \\

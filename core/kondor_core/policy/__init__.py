@@ -10,6 +10,9 @@ Use:
     slot, actions = step(policy, slot, facts, job_ad, now, events)        # one slot
     result = step_machine(policy, machine, facts, now, events, ...)       # a whole machine
     timeline = run_timeline(policy, machine, steps, until=3600)           # replay a day
+
+`kondor_core.policy.scenario` validates the scenario files of `kondor simulate
+--timeline`; `kondor_core.negotiation.replay` replays them with a job queue.
 """
 
 from kondor_core.policy import defaults

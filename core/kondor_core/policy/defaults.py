@@ -1,52 +1,19 @@
-"""HTCondor's default startd policy, the manual's helper macros and the POLICY templates, as data.
+"""The engine's own data: HTCondor's default knob values, evaluation contexts, numeric knobs,
+and the attributes the engine publishes in every slot ad.
 
-These are configuration *text*, unexpanded (`$(MINUTE)` stays a reference), so the
-config compiler can put them in its macro table below the admin's own settings,
-exactly as HTCondor's defaults sit below the configuration files.
+Configuration text (the manual's helper macros such as `$(MINUTE)` and `$(CPUIdle)`, and
+the `use POLICY : ...` templates) lives in one place, `kondor_core.config.templates`; the
+config compiler expands it, and the engine receives expressions ready to evaluate.
 
 Sources: "Examples of Policy Configuration" / "Default Policy" in the reference
 (htcondor-execution-point-configuration.txt), the v7 "Default Policy Settings",
-and HTCondor's param table (src/condor_utils/param_info.in: `[$POLICY.DESKTOP]`,
-`[$FEATURE.POLICY_EXPR_FRAGMENTS]`, `[$POLICY.ALWAYS_RUN_JOBS]`).
+and HTCondor's param table.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from types import MappingProxyType
-
-#: The manual's helper macros ("These macros are here to help write legible expressions").
-#: `MachineBusy` is printed in the manual with an unbalanced parenthesis; it is balanced here.
-HELPER_MACROS: Mapping[str, str] = MappingProxyType(
-    {
-        "MINUTE": "60",
-        "HOUR": "(60 * $(MINUTE))",
-        "StateTimer": "(time() - EnteredCurrentState)",
-        "ActivityTimer": "(time() - EnteredCurrentActivity)",
-        "ActivationTimer": "(time() - JobStart)",
-        "LastCkpt": "(time() - LastPeriodicCheckpoint)",
-        "NonCondorLoadAvg": "(LoadAvg - CondorLoadAvg)",
-        "BackgroundLoad": "0.3",
-        "HighLoad": "0.5",
-        "StartIdleTime": "15 * $(MINUTE)",
-        "ContinueIdleTime": "5 * $(MINUTE)",
-        "MaxSuspendTime": "10 * $(MINUTE)",
-        "MaxVacateTime": "10 * $(MINUTE)",
-        "KeyboardBusy": "KeyboardIdle < $(MINUTE)",
-        "ConsoleBusy": "(ConsoleIdle  < $(MINUTE))",
-        "CPUIdle": "$(NonCondorLoadAvg) <= $(BackgroundLoad)",
-        "CPUBusy": "$(NonCondorLoadAvg) >= $(HighLoad)",
-        "KeyboardNotBusy": "($(KeyboardBusy) == False)",
-        "MachineBusy": "($(CPUBusy) || $(KeyboardBusy))",
-        "JustCPU": "($(CPUBusy) && ($(KeyboardBusy) == False))",
-        # Job-size and universe fragments from HTCondor's param table (used by the templates).
-        "BigJob": "(TARGET.ImageSize >= (50 * 1024))",
-        "MediumJob": "(TARGET.ImageSize >= (15 * 1024) && TARGET.ImageSize < (50 * 1024))",
-        "SmallJob": "(TARGET.ImageSize <  (15 * 1024))",
-        "VANILLA": "5",
-        "IsVanilla": "(TARGET.JobUniverse == $(VANILLA))",
-    }
-)
 
 #: Attributes the engine publishes in every slot ad, beside the facts it is given
 #: ("Startd ClassAd Attributes"). `CpuBusyTime` follows the manual: 0 while CpuBusy is
@@ -91,7 +58,7 @@ DEFAULT_POLICY: Mapping[str, str] = MappingProxyType(
         "SUSPEND": "False",
         "CONTINUE": "True",
         "PREEMPT": "False",
-        "MachineMaxVacateTime": "10 * $(MINUTE)",
+        "MachineMaxVacateTime": "600",
         "KILL": "False",
         "IS_OWNER": "False",
         "RANK": "0",
@@ -104,65 +71,6 @@ DEFAULT_POLICY: Mapping[str, str] = MappingProxyType(
         "ENABLE_BACKFILL": "False",
         "START_BACKFILL": "False",
         "EVICT_BACKFILL": "False",
-    }
-)
-
-#: `use POLICY : Desktop` (HTCondor's `[$POLICY.DESKTOP]`, with the POLICY_EXPR_FRAGMENTS it
-#: pulls in). HTCondor 10 re-defined CpuBusyTime as a timestamp and added CpuBusyTimer; Kondor
-#: publishes CpuBusyTime as the manual describes (a duration), so CpuBusyTimer reads it directly.
-POLICY_DESKTOP: Mapping[str, str] = MappingProxyType(
-    {
-        "KeyboardBusy": "(KeyboardIdle < $(MINUTE))",
-        "ConsoleBusy": "(ConsoleIdle  < $(MINUTE))",
-        "KeyboardNotBusy": "($(KeyboardBusy) == False)",
-        "JustCPU": "($(CPUBusy) && ($(KeyboardBusy) == False))",
-        "MachineBusy": "($(CPUBusy) || $(KeyboardBusy))",
-        "NonCondorLoadAvg": "(LoadAvg - CondorLoadAvg)",
-        "CpuIdle": "($(NonCondorLoadAvg) <= $(BackgroundLoad))",
-        "CpuBusy": "($(NonCondorLoadAvg) >= $(HighLoad))",
-        "ActivationTimer": "ifThenElse(JobStart =!= UNDEFINED, (time() - JobStart), 0)",
-        "CpuBusyTimer": "ifThenElse(CpuIsBusy =?= true, CpuBusyTime, 0)",
-        "WANT_SUSPEND": "($(SmallJob) || $(KeyboardNotBusy) || $(IsVanilla) ) && ( $(SUSPEND))",
-        "WANT_VACATE": "$(ActivationTimer) > 600 || $(IsVanilla)",
-        "SUSPEND": "($(KeyboardBusy) || ( ($(CpuBusyTimer) > 120) && $(ActivationTimer) > 90))",
-        "CONTINUE": (
-            "($(CPUIdle) && ($(ActivityTimer) > 10) && (KeyboardIdle > $(ContinueIdleTime)))"
-        ),
-        "PREEMPT": (
-            '(((Activity == "Suspended") && ($(ActivityTimer) > $(MaxSuspendTime)))'
-            " || (SUSPEND && (WANT_SUSPEND == False)))"
-        ),
-        "START": (
-            "((KeyboardIdle > $(StartIdleTime)) && ( $(CPUIdle) || "
-            '(State != "Unclaimed" && State != "Owner")) )'
-        ),
-        "KILL": "False",
-        "MaxJobRetirementTime": "0",
-        "CLAIM_WORKLIFE": "",
-        "IS_OWNER": "(START =?= False)",
-    }
-)
-
-#: `use POLICY : Always_Run_Jobs` (no preemption; formerly TESTINGMODE).
-POLICY_ALWAYS_RUN_JOBS: Mapping[str, str] = MappingProxyType(
-    {
-        "WANT_SUSPEND": "False",
-        "WANT_VACATE": "True",
-        "SUSPEND": "False",
-        "CONTINUE": "True",
-        "PREEMPT": "False",
-        "START": "True",
-        "KILL": "False",
-        "MaxJobRetirementTime": "2147483647",
-        "CLAIM_WORKLIFE": "1200",
-    }
-)
-
-#: Configuration templates by `use` name (case-insensitive in HTCondor; keys upper-case here).
-POLICY_TEMPLATES: Mapping[str, Mapping[str, str]] = MappingProxyType(
-    {
-        "POLICY:DESKTOP": POLICY_DESKTOP,
-        "POLICY:ALWAYS_RUN_JOBS": POLICY_ALWAYS_RUN_JOBS,
     }
 )
 

@@ -23,13 +23,14 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import classad2
 
 from kondor_core.classads import parse_expr
+from kondor_core.config.snippet import builtin_value
 from kondor_core.policy import defaults
 from kondor_core.policy.model import PolicyError
 
@@ -72,21 +73,11 @@ _SETTINGS = {
     "startd_attrs",
     "backfill_system",
 }
-#: Default expression text for policy knobs (DEFAULT_POLICY, macros expanded).
+#: Default expression text for policy knobs: HTCondor's defaults (`defaults.DEFAULT_POLICY`).
 _DEFAULT_EXPRESSIONS: Mapping[str, str] = {
-    "START": "True",
-    "IS_OWNER": "False",
-    "RANK": "0",
-    "SUSPEND": "False",
-    "CONTINUE": "True",
-    "PREEMPT": "False",
-    "KILL": "False",
-    "WANT_SUSPEND": "False",
-    "WANT_VACATE": "False",
-    "MaxJobRetirementTime": "0",
-    "MachineMaxVacateTime": "10 * 60",
-    "START_BACKFILL": "False",
-    "EVICT_BACKFILL": "False",
+    name: text
+    for name, text in defaults.DEFAULT_POLICY.items()
+    if name.lower() not in _SETTINGS and name != "CLAIM_WORKLIFE"
 }
 
 
@@ -177,6 +168,48 @@ class _AdCache:
 
     ad: Any
     current: dict[str, Any] = field(default_factory=dict)
+    #: What the last full sync was built from (compared by identity), the fact names then,
+    #: and the facts that the engine's own attributes hide (a fact named State, say).
+    base: tuple[Any, ...] | None = None
+    fact_keys: frozenset[str] = frozenset()
+    hidden: frozenset[str] = frozenset()
+
+    def sync_cycle(
+        self,
+        base: tuple[Any, ...],
+        facts: Mapping[str, Any],
+        clock: int | float,
+        build: Callable[[], tuple[Mapping[str, Any], dict[str, Any]]],
+    ) -> Any:
+        """Sync for one polling cycle. When the slot, its claims and the fact names are what
+        the last full sync was built from (`base`, by identity), only the facts' values and
+        the clock (MyCurrentTime) can differ: write those. Otherwise sync all of `build()`,
+        which returns (the engine's attributes, everything)."""
+        last = self.base
+        if (
+            last is not None
+            and len(last) == len(base)
+            and all(a is b for a, b in zip(last, base, strict=True))
+            and facts.keys() == self.fact_keys
+        ):
+            ad = self.ad
+            current = self.current
+            hidden = self.hidden
+            for key, value in facts.items():
+                old = current.get(key, _MISSING)
+                if old is value or (type(old) is type(value) and old == value) or key in hidden:
+                    continue
+                ad[key] = value
+                current[key] = value
+            if current.get(_CLOCK) != clock:
+                ad[_CLOCK] = clock
+                current[_CLOCK] = clock
+            return ad
+        engine, desired = build()
+        self.base = base
+        self.fact_keys = frozenset(facts)
+        self.hidden = frozenset(key for key in facts if key in engine)
+        return self.sync(desired)
 
     def sync(self, desired: dict[str, Any]) -> Any:
         ad = self.ad
@@ -196,6 +229,7 @@ class _AdCache:
 
 
 _MISSING = object()
+_CLOCK = "MyCurrentTime"
 
 
 class FilteredFacts(dict[str, Any]):
@@ -342,11 +376,26 @@ class StartdPolicy:
 
     @classmethod
     def from_effective(cls, policy: EffectivePolicy, *, utc_offset: float = 0.0) -> StartdPolicy:
-        """The engine for a compiled SlotPolicy (its expressions, STARTD_ATTRS and macros)."""
+        """The engine for a compiled SlotPolicy (its expressions, STARTD_ATTRS and macros).
+
+        Policy knobs the compiler keeps among the macros (the `_VANILLA` variants of
+        "Claimed State") are expressions here. `CpuBusy`, whose value the engine latches into
+        CpuBusyTime ("Startd ClassAd Attributes"), is the manual's `CPUBusy` helper macro
+        unless the policy defines its own.
+        """
+        macros = dict(policy.macros)
+        if _lookup(macros, "CpuBusy") is None:
+            macros["CpuBusy"] = builtin_value("CPUBusy") or ""
+        knobs = {
+            _CANONICAL[name.lower()]: text
+            for name, text in macros.items()
+            if name.lower() in _CANONICAL and name.lower() != "cpubusy"
+        }
+        knobs.update(policy.expressions)
         return cls.compile(
-            policy.expressions,
+            knobs,
             startd_attrs=policy.startd_attrs,
-            macros=policy.macros,
+            macros=macros,
             utc_offset=utc_offset,
         )
 
@@ -389,15 +438,23 @@ class StartdPolicy:
     # ------------------------------------------------------------------ evaluation ads
 
     def evaluation_ad(
-        self, slot_name: str, desired: dict[str, Any], *, with_job: bool = False
+        self,
+        slot_name: str,
+        *,
+        with_job: bool,
+        base: tuple[Any, ...],
+        facts: Mapping[str, Any],
+        clock: int | float,
+        build: Callable[[], tuple[Mapping[str, Any], dict[str, Any]]],
     ) -> Any:
-        """The slot's evaluation ad holding the policy expressions, STARTD_ATTRS and `desired`."""
+        """The slot's evaluation ad holding the policy expressions, STARTD_ATTRS, the facts and
+        the engine's attributes, written as little as possible (`_AdCache.sync_cycle`)."""
         key = (slot_name, with_job)
         cache = self._ads.get(key)
         if cache is None:
             cache = _AdCache(classad2.ClassAd(dict(self._static)))
             self._ads[key] = cache
-        return cache.sync(desired)
+        return cache.sync_cycle(base, facts, clock, build)
 
     def static_names(self) -> frozenset[str]:
         """Lower-cased names of the policy expressions and STARTD_ATTRS in every slot ad."""

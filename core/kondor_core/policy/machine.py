@@ -20,6 +20,7 @@ from kondor_core.policy.evaluation import FilteredFacts, StartdPolicy
 from kondor_core.policy.model import (
     Action,
     ActionKind,
+    ActivateClaim,
     Activity,
     CancelDrain,
     Drain,
@@ -109,8 +110,9 @@ def step_machine(
     `facts` apply to every slot, `slot_facts[name]` add to or override them for one slot.
     `events` are machine-wide (Drain, CancelDrain, Shutdown, and Vacate for every slot);
     `slot_events[name]` go to one slot. A Match sent to a partitionable slot carves a
-    dynamic slot (`CARVE_DYNAMIC_SLOT`) that takes the claim; a dynamic slot whose claim
-    ends is released (`RELEASE_DYNAMIC_SLOT`) and leaves `machine.slots`.
+    dynamic slot (`CARVE_DYNAMIC_SLOT`) that takes the claim, and the ActivateClaim right
+    after that Match; a dynamic slot whose claim ends is released (`RELEASE_DYNAMIC_SLOT`)
+    and leaves `machine.slots`.
     """
     if machine.last_step is not None and now < machine.last_step:
         raise PolicyError(
@@ -174,12 +176,22 @@ def step_machine(
             default=0.0,
         )
 
+    # Without STARTD_SLOT_ATTRS every slot sees the same machine context: build it once
+    # (again if draining changes below, when a drain is finalized).
+    same_context: list[MachineContext] = []
+
     def context(drain_complete: bool = False) -> MachineContext:
+        if not policy.startd_slot_attrs and not drain_complete:
+            if not same_context or same_context[0].draining is not draining:
+                same_context[:] = [
+                    MachineContext(draining=draining, drain_retirement_remaining=coordinated)
+                ]
+            return same_context[0]
         return MachineContext(
             draining=draining,
             drain_retirement_remaining=coordinated,
             drain_complete=drain_complete,
-            slot_attrs=_cross_slot_attrs(policy, slots, facts_for),
+            slot_attrs=cross_slot_attrs(policy, slots, facts_for),
         )
 
     index = 0
@@ -187,9 +199,10 @@ def step_machine(
         slot = slots[index]
         own_events = [*broadcast, *pending_events.pop(slot.name, [])]
         if slot.kind is SlotKind.PARTITIONABLE:
-            matches = [e for e in own_events if isinstance(e, Match)]
-            own_events = [e for e in own_events if not isinstance(e, Match)]
-            for match in matches:
+            matches = _matches_with_activation(own_events)
+            paired = [id(activation) for _, activation in matches if activation is not None]
+            own_events = [e for e in own_events if not isinstance(e, Match) and id(e) not in paired]
+            for match, activation in matches:
                 carved = _carve(
                     policy,
                     pslot=slot,
@@ -206,6 +219,8 @@ def step_machine(
                 actions.append(action)
                 slots.insert(index + 1, dslot)
                 pending_events.setdefault(dslot.name, []).append(match)
+                if activation is not None:
+                    pending_events[dslot.name].append(activation)
         new_slot, slot_actions = step(
             policy,
             slot,
@@ -251,6 +266,23 @@ def step_machine(
         next_dynamic=next_dynamic,
     )
     return MachineStep(machine=new_machine, actions=actions, transitions=transitions)
+
+
+def _matches_with_activation(
+    events: Sequence[Event],
+) -> list[tuple[Match, ActivateClaim | None]]:
+    """The matches sent to a partitionable slot, each with the ActivateClaim right after it.
+
+    A partitionable slot is never claimed itself ("Dynamic Provisioning"): the claim and
+    its activation go to the dynamic slot carved for the match, in the same cycle.
+    """
+    out: list[tuple[Match, ActivateClaim | None]] = []
+    for event in events:
+        if isinstance(event, Match):
+            out.append((event, None))
+        elif isinstance(event, ActivateClaim) and out and out[-1][1] is None:
+            out[-1] = (out[-1][0], event)
+    return out
 
 
 def _carve(
@@ -308,7 +340,7 @@ def _carve(
     return dataclasses.replace(dslot), action
 
 
-def _cross_slot_attrs(
+def cross_slot_attrs(
     policy: StartdPolicy,
     slots: Sequence[SlotState],
     facts_for: Callable[[SlotState], Mapping[str, Fact]],

@@ -167,11 +167,11 @@ def run_timeline(
         result = step_machine(
             policy,
             machine,
-            _grown(facts, set_at, now),
+            grown_facts(facts, set_at, now),
             now,
             machine_events,
             slot_facts={
-                name: _grown(values, slot_set_at[name], now)
+                name: grown_facts(values, slot_set_at[name], now)
                 for name, values in slot_facts.items()
                 if name in present
             },
@@ -181,7 +181,7 @@ def run_timeline(
         transitions.extend(result.transitions)
         for action in result.actions:
             actions.append((now, action))
-            answer = _answer(action, agent, now, interval)
+            answer = agent_answer(action, agent, now, interval)
             if answer is not None:
                 due.append(answer)
     return Timeline(transitions=transitions, actions=actions, machine=machine)
@@ -194,7 +194,9 @@ def _raise_unknown(name: str, present: set[str]) -> None:
     )
 
 
-def _grown(values: Mapping[str, Fact], set_at: Mapping[str, float], now: float) -> dict[str, Fact]:
+def grown_facts(
+    values: Mapping[str, Fact], set_at: Mapping[str, float], now: float
+) -> dict[str, Fact]:
     out = dict(values)
     for key in GROWING_FACTS:
         value = out.get(key)
@@ -204,7 +206,7 @@ def _grown(values: Mapping[str, Fact], set_at: Mapping[str, float], now: float) 
     return out
 
 
-def _answer(
+def agent_answer(
     action: Action, agent: SimulatedAgent, now: float, interval: float
 ) -> tuple[float, str, Event] | None:
     kind = action.kind

@@ -222,6 +222,8 @@ def slot_prefix(name: str) -> str:
 
 
 def _timestamp(value: float) -> int | float:
+    if type(value) is int:  # the common case, on every attribute of every cycle
+        return value
     return int(value) if float(value).is_integer() else value
 
 
@@ -282,14 +284,22 @@ class _Stepper:
 
     # ------------------------------------------------------------------ the evaluation ad
 
-    def _desired(self, claim: Claim | None) -> dict[str, Any]:
-        s = self.s
-        now = self.now
+    def _desired(self, claim: Claim | None) -> tuple[dict[str, Any], dict[str, Any]]:
+        """(the engine's own attributes, the whole evaluation ad): the job's attributes under
+        the cross-slot attributes, under the facts, under the engine's attributes."""
+        engine = self._engine_attrs()
         desired: dict[str, Any] = {}
         if claim is not None:
             desired.update(claim.job_attrs)
         desired.update(self.machine.slot_attrs)
         desired.update(self._facts)
+        desired.update(engine)
+        return engine, desired
+
+    def _engine_attrs(self) -> dict[str, Any]:
+        s = self.s
+        now = self.now
+        desired: dict[str, Any] = {}
         policy = self.policy
         # Time-dependent attributes are expressions of MyCurrentTime, so a polling cycle
         # rewrites only MyCurrentTime (and the facts that changed) in the evaluation ad.
@@ -338,9 +348,31 @@ class _Stepper:
     def ad(self, claim: Claim | None) -> Any:
         key = claim.claim_id if claim is not None else None
         if self._ad is None or self._ad_claim != key:
+            s = self.s
+            # Everything the engine's attributes and the job's are built from; while these
+            # are the same objects as last cycle, only facts and MyCurrentTime are written.
+            base = (
+                claim,
+                s.claim,
+                s.pending_claim,
+                s.state,
+                s.activity,
+                s.entered_state,
+                s.entered_activity,
+                s.last_benchmark,
+                s.cpu_busy_since,
+                s.slot_id,
+                s.name,
+                self.machine.slot_attrs or None,
+            )
             # Separate cached ads with and without a job keep each one's writes small.
             self._ad = self.policy.evaluation_ad(
-                self.s.name, self._desired(claim), with_job=claim is not None
+                s.name,
+                with_job=claim is not None,
+                base=base,
+                facts=self._facts,
+                clock=_timestamp(self.now),
+                build=lambda: self._desired(claim),
             )
             self._ad_claim = key
         return self._ad
@@ -633,7 +665,8 @@ class _Stepper:
                     self.leave_preempting("no job was running")
             return
         if state is State.BACKFILL:
-            if activity is Activity.IDLE and not s.backfill_running:
+            # Backfill/Idle on the way out (to Owner, Matched or Claimed) starts nothing.
+            if activity is Activity.IDLE and not s.backfill_running and s.destination is None:
                 self.act(ActionKind.START_BACKFILL, reason, claim=None)
             elif activity is Activity.KILLING:
                 self.act(ActionKind.KILL_BACKFILL, reason, claim=None)

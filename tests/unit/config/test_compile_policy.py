@@ -330,11 +330,12 @@ _DESKTOP_EXPRESSIONS = {
     "START": "((KeyboardIdle > 15 * 60) && ( ((LoadAvg - CondorLoadAvg) <= 0.3) || "
     '(State != "Unclaimed" && State != "Owner")) )',
     "IS_OWNER": "(START =?= False)",
+    # CpuBusyTimer reads CpuBusyTime as the duration the engine publishes (templates.py).
     "WANT_SUSPEND": "((TARGET.ImageSize <  (15 * 1024)) || ((KeyboardIdle < 60) == False) || "
-    "(TARGET.JobUniverse == 5) ) && ( ((KeyboardIdle < 60) || ( (IfThenElse(CpuBusyValue is 1, "
-    "time() - CpuBusyTime, 0) > 120) && ifThenElse(JobStart =!= UNDEFINED, (time() - JobStart), "
+    "(TARGET.JobUniverse == 5) ) && ( ((KeyboardIdle < 60) || ( (ifThenElse(CpuIsBusy =?= true, "
+    "CpuBusyTime, 0) > 120) && ifThenElse(JobStart =!= UNDEFINED, (time() - JobStart), "
     "0) > 90)))",
-    "SUSPEND": "((KeyboardIdle < 60) || ( (IfThenElse(CpuBusyValue is 1, time() - CpuBusyTime, "
+    "SUSPEND": "((KeyboardIdle < 60) || ( (ifThenElse(CpuIsBusy =?= true, CpuBusyTime, "
     "0) > 120) && ifThenElse(JobStart =!= UNDEFINED, (time() - JobStart), 0) > 90))",
     "CONTINUE": "(((LoadAvg - CondorLoadAvg) <= 0.3) && ((time() - EnteredCurrentActivity) > 10) "
     "&& (KeyboardIdle > 5 * 60))",

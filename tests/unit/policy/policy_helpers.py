@@ -1,16 +1,18 @@
 """Helpers for policy tests: HTCondor config text -> StartdPolicy, and a slot driven over time.
 
-The config compiler (kondor_core.config) owns macro expansion for real policies; this
-small reader exists so the tests can paste the manual's examples verbatim.
+Policies are built exactly as a SlotPolicy is: the text is the spec's `condorConfig`,
+compiled by `kondor_core.config.compile_policy` (HTCondor's templates and the manual's
+helper macros included), then handed to the engine. The manual's examples paste as is.
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from kondor_core.api.slotpolicy import SlotPolicySpec
+from kondor_core.config import compile_policy
 from kondor_core.policy import (
     Action,
     ActionKind,
@@ -19,105 +21,26 @@ from kondor_core.policy import (
     SlotState,
     StartdPolicy,
     Transition,
-    defaults,
     step,
 )
 
-_MACRO = re.compile(r"\$\(([A-Za-z0-9_.]+)\)")
-_POLICY_KNOBS = {
-    "start",
-    "is_owner",
-    "rank",
-    "suspend",
-    "continue",
-    "preempt",
-    "kill",
-    "want_suspend",
-    "want_vacate",
-    "maxjobretirementtime",
-    "machinemaxvacatetime",
-    "runbenchmarks",
-    "start_backfill",
-    "evict_backfill",
-    "hibernate",
-    "claim_worklife",
-    "match_timeout",
-    "killing_timeout",
-    "polling_interval",
-    "update_interval",
-    "enable_backfill",
-    "startd_slot_attrs",
-    "alive_interval",
-    "max_claim_alives_missed",
-    *(f"{k.lower()}_vanilla" for k in defaults.VANILLA_VARIANTS),
-}
-
-
-def _lines(text: str) -> list[tuple[str, str]]:
-    joined = re.sub(r"\\\s*\n", " ", text)
-    out = []
-    for raw in joined.splitlines():
-        line = raw.strip()
-        if not line or line.startswith("#"):
-            continue
-        name, _, value = line.partition("=")
-        out.append((name.strip(), value.strip()))
-    return out
-
-
-def read_config(text: str, *, templates: Sequence[Mapping[str, str]] = ()) -> dict[str, str]:
-    """Config lines on top of HTCondor's defaults and helper macros, in order; a line that
-    refers to itself (`START = ($(START)) || ...`) sees the previous value, as in HTCondor."""
-    table: dict[str, str] = {}
-
-    def put(name: str, value: str) -> None:
-        key = next((k for k in table if k.lower() == name.lower()), name)
-        previous = table.get(key, "")
-
-        def own(match: re.Match[str]) -> str:
-            return previous if match.group(1).lower() == name.lower() else match.group(0)
-
-        table.pop(key, None)
-        table[name] = _MACRO.sub(own, value)
-
-    for source in (defaults.HELPER_MACROS, defaults.DEFAULT_POLICY, *templates):
-        for name, value in source.items():
-            put(name, value)
-    for name, value in _lines(text):
-        put(name, value)
-    return table
-
-
-def expand(table: Mapping[str, str], text: str, depth: int = 0) -> str:
-    if depth > 50:
-        raise ValueError("macro recursion too deep")
-    lowered = {k.lower(): v for k, v in table.items()}
-
-    def one(match: re.Match[str]) -> str:
-        name = match.group(1).lower()
-        if name not in lowered:
-            raise KeyError(f"undefined macro $({match.group(1)})")
-        return expand(table, lowered[name], depth + 1)
-
-    return _MACRO.sub(one, text)
+#: `use POLICY : Desktop`, for `policy_from(..., use=DESKTOP)`.
+DESKTOP = ("POLICY : Desktop",)
 
 
 def policy_from(
-    text: str = "", *, templates: Sequence[Mapping[str, str]] = (), utc_offset: float = 0.0
+    text: str = "",
+    *,
+    use: Sequence[str] = (),
+    spec: Mapping[str, Any] | None = None,
+    utc_offset: float = 0.0,
 ) -> StartdPolicy:
-    """A StartdPolicy from HTCondor configuration text (the manual's examples pasted as is)."""
-    table = read_config(text, templates=templates)
-    knobs = {k: expand(table, v) for k, v in table.items() if k.lower() in _POLICY_KNOBS}
-    attr_names = re.split(r"[\s,]+", expand(table, table.get("STARTD_ATTRS", "")))
-    startd_attrs = {}
-    for name in filter(None, attr_names):
-        value = next((v for k, v in table.items() if k.lower() == name.lower()), None)
-        if value is not None:
-            startd_attrs[name] = expand(table, value)
-    macros = {k: expand(table, v) for k, v in table.items() if k.lower() not in _POLICY_KNOBS}
-    return StartdPolicy.compile(
-        knobs, startd_attrs=startd_attrs, macros=macros, utc_offset=utc_offset
-    )
+    """A StartdPolicy from HTCondor configuration text (after `use` templates) and structured
+    SlotPolicy fields (`spec`, camelCase as in a manifest), compiled by `compile_policy`."""
+    config = "\n".join([*(f"use {template}" for template in use), text])
+    document = {**(spec or {}), "condorConfig": config}
+    effective = compile_policy(SlotPolicySpec.model_validate(document))
+    return StartdPolicy.from_effective(effective, utc_offset=utc_offset)
 
 
 @dataclass

@@ -6,7 +6,7 @@ From "State and Activity Transitions" (Owner State, Unclaimed State, Matched Sta
 from __future__ import annotations
 
 import pytest
-from policy_helpers import driver, job, policy_from
+from policy_helpers import DESKTOP, driver, job, policy_from
 
 from kondor_core.policy import (
     ActionKind,
@@ -17,10 +17,7 @@ from kondor_core.policy import (
     State,
     Vacate,
     advertised,
-    defaults,
 )
-
-DESKTOP = [defaults.POLICY_DESKTOP]
 
 
 def test_a_fresh_startd_is_owner_and_default_is_owner_false_makes_it_unclaimed() -> None:
@@ -45,13 +42,13 @@ def test_a_fresh_startd_is_owner_and_default_is_owner_false_makes_it_unclaimed()
 def test_desktop_is_owner_follows_start_evaluated_locally(
     start: str, keyboard_idle: int, expected: str
 ) -> None:
-    policy = policy_from(f"START = {start}", templates=DESKTOP)
+    policy = policy_from(f"START = {start}", use=DESKTOP)
     assert driver(policy, KeyboardIdle=keyboard_idle).at(0).where == expected
 
 
 def test_coltrane_may_claim_the_unclaimed_machine_but_nobody_else_may() -> None:
     policy = policy_from(
-        'START = KeyboardIdle > 15 * $(MINUTE) || Owner == "coltrane"', templates=DESKTOP
+        'START = KeyboardIdle > 15 * $(MINUTE) || Owner == "coltrane"', use=DESKTOP
     )
     d = driver(policy, KeyboardIdle=34).at(0)
     d.at(5, Match("c1", job("jones"), job_id="jones.1"))
@@ -65,7 +62,7 @@ def test_coltrane_may_claim_the_unclaimed_machine_but_nobody_else_may() -> None:
 
 
 def test_unclaimed_returns_to_owner_when_start_locally_false_transition_2() -> None:
-    policy = policy_from(templates=DESKTOP)
+    policy = policy_from(use=DESKTOP)
     d = driver(policy).at(0)
     assert d.where == "Unclaimed/Idle"
     d.at(5, KeyboardIdle=3)
@@ -79,8 +76,11 @@ def test_unclaimed_returns_to_owner_when_start_locally_false_transition_2() -> N
 
 def test_a_start_that_is_undefined_locally_still_leaves_owner() -> None:
     # IS_OWNER = (START =?= FALSE): UNDEFINED is not FALSE, so the slot is Unclaimed.
-    policy = policy_from('START = Owner == "coltrane"', templates=DESKTOP)
+    policy = policy_from('START = Owner == "coltrane"', use=DESKTOP)
     assert driver(policy).at(0).where == "Unclaimed/Idle"
+    # The same START as the SlotPolicy's structured field (it wins over the template's).
+    structured = policy_from(use=DESKTOP, spec={"start": 'Owner == "coltrane"'})
+    assert driver(structured).at(0).where == "Unclaimed/Idle"
 
 
 def test_runbenchmarks_runs_at_start_then_every_four_hours() -> None:
@@ -139,7 +139,7 @@ def test_match_timeout_is_configurable() -> None:
 
 
 def test_matched_goes_to_owner_when_start_locally_false_transition_8() -> None:
-    d = driver(policy_from(templates=DESKTOP)).at(0)
+    d = driver(policy_from(use=DESKTOP)).at(0)
     d.at(5, Match("c1", job(), job_id="a.1", claimed=False))
     d.at(10, KeyboardIdle=2)
     assert d.where == "Owner/Idle"
@@ -155,7 +155,7 @@ def test_vacate_in_matched_returns_to_owner() -> None:
 
 
 def test_requirements_advertise_true_when_start_is_locally_true_else_start() -> None:
-    policy = policy_from('START = KeyboardIdle > 900 || Owner == "coltrane"', templates=DESKTOP)
+    policy = policy_from('START = KeyboardIdle > 900 || Owner == "coltrane"', use=DESKTOP)
     d = driver(policy, KeyboardIdle=34).at(0)
     assert advertised(policy, d.slot, d.facts, 0)["Requirements"] == policy.knob("START")
     d.at(5, KeyboardIdle=1000)

@@ -8,9 +8,9 @@ non-suspendable slot pair.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 
-from policy_helpers import Driver, driver, job, policy_from
+from policy_helpers import DESKTOP, Driver, driver, job, policy_from
 
 from kondor_core.policy import (
     ActionKind,
@@ -22,11 +22,8 @@ from kondor_core.policy import (
     PreemptingClaimWithdrawn,
     State,
     advertised,
-    defaults,
     step_machine,
 )
-
-DESKTOP = [defaults.POLICY_DESKTOP]
 
 TEST_JOB = """
 START      = ($(START)) || Owner == "coltrane"
@@ -75,10 +72,8 @@ KILL = False
 MONDAY = 1_795_392_000
 
 
-def run(
-    policy_text: str, *, templates: Sequence[Mapping[str, str]] = (), **facts: object
-) -> Driver:
-    policy = policy_from(policy_text, templates=templates)
+def run(policy_text: str, *, use: Sequence[str] = (), **facts: object) -> Driver:
+    policy = policy_from(policy_text, use=use)
     return driver(policy, **facts).at(0)
 
 
@@ -98,7 +93,7 @@ def test_default_policy_always_starts_and_never_preempts() -> None:
 
 
 def test_desktop_runs_when_idle_suspends_on_keyboard_and_vacates_after_max_suspend_time() -> None:
-    d = run("", templates=DESKTOP)
+    d = run("", use=DESKTOP)
     assert d.where == "Unclaimed/Idle"
     d.at(10, Match("c1", job(), job_id="a.1"), ActivateClaim())
     d.at(100, KeyboardIdle=5)  # owner is back: SUSPEND; WANT_SUSPEND is TRUE (vanilla)
@@ -117,7 +112,7 @@ def test_desktop_runs_when_idle_suspends_on_keyboard_and_vacates_after_max_suspe
 
 
 def test_desktop_continues_when_the_owner_leaves() -> None:
-    d = run("", templates=DESKTOP)
+    d = run("", use=DESKTOP)
     d.at(10, Match("c1", job(), job_id="a.1"), ActivateClaim())
     d.at(100, KeyboardIdle=5)
     d.at(200, KeyboardIdle=305)  # idle for more than ContinueIdleTime, CPU idle
@@ -126,7 +121,7 @@ def test_desktop_continues_when_the_owner_leaves() -> None:
 
 
 def test_desktop_cpu_busy_suspends_after_two_minutes_of_busy_cpu() -> None:
-    d = run("", templates=DESKTOP)
+    d = run("", use=DESKTOP)
     d.at(10, Match("c1", job(), job_id="a.1"), ActivateClaim())
     d.at(200, LoadAvg=1.5)  # CpuBusy latches at 200
     assert d.where == "Claimed/Busy"
@@ -140,7 +135,7 @@ def test_desktop_cpu_busy_suspends_after_two_minutes_of_busy_cpu() -> None:
 
 
 def test_coltrane_test_jobs_are_never_suspended_or_preempted() -> None:
-    d = run(TEST_JOB, templates=DESKTOP, KeyboardIdle=5)
+    d = run(TEST_JOB, use=DESKTOP, KeyboardIdle=5)
     # START is (FALSE) || UNDEFINED locally: the owner is typing, yet the slot is Unclaimed.
     assert d.where == "Unclaimed/Idle"
     d.at(10, Match("c1", job("coltrane"), job_id="coltrane.1"), ActivateClaim())
@@ -149,7 +144,7 @@ def test_coltrane_test_jobs_are_never_suspended_or_preempted() -> None:
         d.at(t, KeyboardIdle=1, LoadAvg=3.0)
         assert d.where == "Claimed/Busy"
 
-    other = run(TEST_JOB, templates=DESKTOP)
+    other = run(TEST_JOB, use=DESKTOP)
     other.at(10, Match("c1", job("jones"), job_id="jones.1"), ActivateClaim())
     other.at(100, KeyboardIdle=1)
     assert other.where == "Claimed/Suspended"
@@ -175,7 +170,9 @@ def test_time_of_day_policy_starts_only_after_hours_and_evicts_at_work_hours() -
 
 def test_desktop_and_non_desktop_machines_differ_only_in_isdesktop() -> None:
     desktop = driver(policy_from(DESKTOP_NON_DESKTOP + "\nIsDesktop = True")).at(0)
-    dedicated = driver(policy_from(DESKTOP_NON_DESKTOP)).at(0)
+    # STARTD_ATTRS lists IsDesktop, and the compiler wants what it lists defined: a
+    # dedicated machine says False (=!= True and =?= True read it as they read UNDEFINED).
+    dedicated = driver(policy_from(DESKTOP_NON_DESKTOP + "\nIsDesktop = False")).at(0)
     for d in (desktop, dedicated):
         d.at(10, Match("c1", job(), job_id="a.1"), ActivateClaim())
         assert d.where == "Claimed/Busy"
@@ -192,13 +189,13 @@ def test_desktop_start_uses_the_keyboard_only_on_desktops() -> None:
     desktop = driver(policy_from(DESKTOP_NON_DESKTOP + "\nIsDesktop = True"), KeyboardIdle=5)
     desktop.at(0, Match("c1", job(), job_id="a.1"))
     assert desktop.kinds() == [ActionKind.REFUSE_CLAIM]
-    dedicated = driver(policy_from(DESKTOP_NON_DESKTOP), KeyboardIdle=5)
+    dedicated = driver(policy_from(DESKTOP_NON_DESKTOP + "\nIsDesktop = False"), KeyboardIdle=5)
     dedicated.at(0, Match("c1", job(), job_id="a.1"))
     assert dedicated.where == "Claimed/Idle"
 
 
 def test_disabled_preemption_keeps_jobs_running() -> None:
-    d = run("START = True\nSUSPEND = False\nPREEMPT = False\nKILL = False", templates=DESKTOP)
+    d = run("START = True\nSUSPEND = False\nPREEMPT = False\nKILL = False", use=DESKTOP)
     d.at(10, Match("c1", job(), job_id="a.1"), ActivateClaim())
     for t in (20, 600, 7200):
         d.at(t, KeyboardIdle=0, LoadAvg=8.0)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from policy_helpers import job, policy_from
+from policy_helpers import DESKTOP, job, policy_from
 
 from kondor_core.policy import (
     ActivateClaim,
@@ -16,7 +16,6 @@ from kondor_core.policy import (
     SimulatedAgent,
     Timeline,
     TimelineStep,
-    defaults,
     run_timeline,
 )
 
@@ -24,7 +23,7 @@ IDLE = {"LoadAvg": 0.05, "CondorLoadAvg": 0.0, "KeyboardIdle": 0, "ConsoleIdle":
 
 
 def desktop_day(agent: SimulatedAgent | None = None) -> Timeline:
-    policy = policy_from("WANT_VACATE = True", templates=[defaults.POLICY_DESKTOP])
+    policy = policy_from("WANT_VACATE = True", use=DESKTOP)
     machine = MachineState.start(["slot1@desk"])
     steps = [
         TimelineStep(at=0, facts=IDLE),
