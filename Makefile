@@ -10,7 +10,7 @@ PKGS := -p kondor_core -p kondor_operator -p kondor_agent -p kondor_cli -p kondo
 
 ##@ General
 help: ## Show this help
-	@awk 'BEGIN {FS = ":.*##"} /^[a-zA-Z_-]+:.*?##/ { printf "  \033[36m%-14s\033[0m %s\n", $$1, $$2 } /^##@/ { printf "\n\033[1m%s\033[0m\n", substr($$0, 5) }' $(MAKEFILE_LIST)
+	@awk 'BEGIN {FS = ":.*##"} /^[a-zA-Z_-]+:.*?##/ { printf "  \033[36m%-18s\033[0m %s\n", $$1, $$2 } /^##@/ { printf "\n\033[1m%s\033[0m\n", substr($$0, 5) }' $(MAKEFILE_LIST)
 
 ##@ Development
 venv: $(BIN)/kondor ## Create .venv with the project installed editable plus test tools
@@ -40,8 +40,11 @@ crds-check: venv ## Fail when the committed CRDs differ from the models
 	$(BIN)/python tools/gen_crds.py --check
 
 ##@ Tests
-test: venv ## Unit and integration tests (e2e is opt-in: make e2e)
+test: venv controlplane ## Unit and integration tests (builds the dev cluster's control plane once)
 	$(BIN)/pytest
+
+unit: venv ## Unit tests only (no control plane needed)
+	$(BIN)/pytest tests/unit
 
 check: lint typecheck crds-check test ## Everything CI runs
 
@@ -49,7 +52,20 @@ bench: venv ## Benchmarks with their baselines
 	$(BIN)/python bench/bench_carving.py
 	$(BIN)/python bench/bench_policy.py
 
-.PHONY: help venv fmt lint typecheck crds crds-check test check bench
+bench-devcluster: controlplane ## The dev cluster's ceiling: start-up, patch rate, 1,000 kwok nodes
+	$(BIN)/python bench/bench_devcluster.py
+
+.PHONY: help venv fmt lint typecheck crds crds-check test unit check bench bench-devcluster
+
+##@ Development cluster
+controlplane: venv ## Build kube-apiserver, etcd, controller manager, scheduler and kwok (cached)
+	$(BIN)/python -m kondor_devcluster.build
+
+dev-cluster: controlplane ## Run a dev cluster in the foreground (KUBECONFIG=.devcluster/kubeconfig)
+	$(BIN)/kondor dev-cluster up --port 16443 --kubeconfig .devcluster/kubeconfig \
+	    --state-dir .devcluster/state \
+	    --nodes examples/machines/kwok-small.yaml examples/machines/kwok-gpu.yaml
+.PHONY: controlplane dev-cluster
 
 ##@ Demo
 demo: venv ## Show the slots the GPU example policy gives a node, and where two jobs land

@@ -10,8 +10,8 @@ import os
 from collections.abc import Mapping
 from pathlib import Path
 
-# v1.32.5 is the newest v1.32 patch whose every staging module the module proxy serves
-# (v0.32.6 to v0.32.13 of e.g. k8s.io/kube-controller-manager answer 403 there).
+# v1.32.5 is the newest v1.32 patch whose every staging module the module proxy serves here
+# (for v0.32.6 to v0.32.13 some answer 403 or lack a checksum database entry; see the README).
 KUBERNETES = "v1.32.5"
 ETCD = "v3.5.35"
 KWOK = "v0.7.0"

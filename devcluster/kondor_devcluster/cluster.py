@@ -1,0 +1,453 @@
+"""Run a dev cluster: start the components in order, wait until each is healthy, stop cleanly.
+
+Everything a cluster owns lives in its state directory: the PKI, etcd's data, the component
+kubeconfigs and kwok's stages (`config/`), logs (`logs/<component>.log`), the ports it chose
+(`ports.json`, reused on restart) and, while it runs, the processes' ids (`pids.json`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import socket
+import ssl
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import TracebackType
+from typing import Any, TextIO
+
+import httpx
+
+from kondor_devcluster import build, components, kubeconfig, nodes, pki, rbac
+from kondor_devcluster.components import Layout, Ports
+
+FIELD_MANAGER = "kondor-devcluster"
+#: Start order; stopping goes the other way.
+ORDER = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok")
+
+_ARGS: dict[str, Callable[[Path, Layout, Ports], list[str]]] = {
+    "etcd": components.etcd_args,
+    "kube-apiserver": components.apiserver_args,
+    "kube-controller-manager": components.controller_manager_args,
+    "kube-scheduler": components.scheduler_args,
+    "kwok": components.kwok_args,
+}
+
+
+class DevClusterError(RuntimeError):
+    """The dev cluster could not start or stop; the message says which component and why."""
+
+
+@dataclass(frozen=True)
+class ClusterSpec:
+    """What `kondor dev-cluster up` was asked for."""
+
+    port: int
+    kubeconfig: Path
+    state_dir: Path
+    nodes: tuple[Path, ...] = ()
+    cache_dir: Path | None = None
+    ready_timeout: float = 120.0
+
+
+@dataclass
+class _Process:
+    name: str
+    binary: Path
+    popen: subprocess.Popen[bytes]
+    log: Path
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 nobody listens on now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def port_is_free(port: int) -> bool:
+    """Whether a server could listen on 127.0.0.1:`port` (as Go's do, with SO_REUSEADDR)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+        return True
+
+
+def choose_ports(api_port: int, previous: Mapping[str, int] | None = None) -> Ports:
+    """The cluster's ports: the API server's as asked, the others as before if still free."""
+    chosen: dict[str, int] = {"apiserver": api_port}
+    taken = {api_port}
+    for name in ("etcd_client", "etcd_peer", "controller_manager", "scheduler", "kwok"):
+        port = (previous or {}).get(name)
+        if port is None or port in taken or not port_is_free(port):
+            port = free_port()
+            while port in taken:
+                port = free_port()
+        chosen[name] = port
+        taken.add(port)
+    return Ports(**chosen)
+
+
+def _tail(path: Path, lines: int = 25) -> str:
+    try:
+        text = path.read_text(errors="replace")
+    except OSError:
+        return "(no log)"
+    return "\n".join(text.splitlines()[-lines:])
+
+
+def _process_is(pid: int, binary: str) -> bool:
+    """Whether `pid` still runs `binary` (and is not a recycled pid)."""
+    try:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return False
+    return bool(cmdline) and cmdline[0].decode(errors="replace") == binary
+
+
+def _terminate(pids: Sequence[tuple[str, int, str]], timeout: float = 15.0) -> None:
+    """SIGTERM each process in turn, waiting for it; SIGKILL what outlives `timeout`."""
+    for _name, pid, binary in pids:
+        if not _process_is(pid, binary):
+            continue
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGTERM)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline and _process_is(pid, binary):
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(pid, os.WNOHANG)
+            time.sleep(0.1)
+        if _process_is(pid, binary):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+
+
+def read_pids(layout: Layout) -> list[tuple[str, int, str]]:
+    """The recorded processes of a detached cluster, in start order."""
+    try:
+        data = json.loads(layout.pids.read_text())
+    except FileNotFoundError:
+        return []
+    return [(name, int(entry["pid"]), str(entry["binary"])) for name, entry in data.items()]
+
+
+def running_pids(layout: Layout) -> list[tuple[str, int, str]]:
+    return [entry for entry in read_pids(layout) if _process_is(entry[1], entry[2])]
+
+
+def stop_detached(state_dir: Path) -> list[str]:
+    """Stop the processes `up --detach` started in `state_dir`; keep the data. Returns names."""
+    layout = Layout(state_dir)
+    alive = running_pids(layout)
+    # Unlink first: a foreground `up` watching this file then stops quietly, as asked.
+    layout.pids.unlink(missing_ok=True)
+    _terminate(list(reversed(alive)))
+    return [name for name, _pid, _binary in alive]
+
+
+@dataclass
+class DevCluster:
+    """One dev cluster's processes. Use as a context manager, or `start()` and `stop()`."""
+
+    spec: ClusterSpec
+    log: TextIO = field(default_factory=lambda: sys.stderr)
+    _processes: list[_Process] = field(default_factory=list)
+    _ports: Ports | None = None
+    _nodes: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def layout(self) -> Layout:
+        return Layout(self.spec.state_dir)
+
+    @property
+    def server(self) -> str:
+        return f"https://127.0.0.1:{self.spec.port}"
+
+    @property
+    def ports(self) -> Ports:
+        if self._ports is None:
+            raise DevClusterError("the cluster has not been started")
+        return self._ports
+
+    def __enter__(self) -> DevCluster:
+        self.start()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+    # -- start ---------------------------------------------------------------------------
+
+    def _say(self, message: str) -> None:
+        self.log.write(message + "\n")
+        self.log.flush()
+
+    def _prepare(self) -> Path:
+        layout = self.layout
+        spec = self.spec
+        if running_pids(layout):
+            raise DevClusterError(
+                f"a dev cluster already runs from {spec.state_dir}; "
+                f"stop it first: kondor dev-cluster down --state-dir {spec.state_dir}"
+            )
+        if not port_is_free(spec.port):
+            raise DevClusterError(f"--port {spec.port}: 127.0.0.1:{spec.port} is already in use")
+        # Parse the machine files before anything starts, so that a bad one costs nothing.
+        self._nodes = [nodes.node_manifest(nodes.load_machine(path)) for path in spec.nodes]
+        bin_dir = build.ensure_built(spec.cache_dir, log=self.log)
+        for directory in (layout.state_dir, layout.logs, layout.config):
+            directory.mkdir(parents=True, exist_ok=True)
+        layout.state_dir.chmod(0o700)
+        files = pki.ensure_pki(layout.pki.root, components.KUBERNETES_SERVICE_IP)
+        previous: dict[str, int] = {}
+        with contextlib.suppress(FileNotFoundError, ValueError):
+            previous = {k: int(v) for k, v in json.loads(layout.ports.read_text()).items()}
+        self._ports = choose_ports(spec.port, previous)
+        layout.ports.write_text(json.dumps(self._ports.as_dict(), indent=2) + "\n")
+        ca = files.ca_cert.read_bytes()
+        for component in ("kube-controller-manager", "kube-scheduler", "kwok"):
+            config = kubeconfig.kubeconfig(
+                self.server, ca, {component: files.pair(component)}, component
+            )
+            kubeconfig.write_kubeconfig(layout.component_kubeconfig(component), config, force=True)
+        layout.kwok_config.write_text(nodes.kwok_config_yaml())
+        return bin_dir
+
+    def _spawn(self, name: str, bin_dir: Path) -> _Process:
+        binary = bin_dir / name
+        args = _ARGS[name](binary, self.layout, self.ports)
+        log_path = self.layout.logs / f"{name}.log"
+        with log_path.open("ab") as log_file:
+            log_file.write(
+                f"\n=== {time.strftime('%Y-%m-%dT%H:%M:%S%z')} {' '.join(args)}\n".encode()
+            )
+            log_file.flush()
+            popen = subprocess.Popen(
+                args,
+                stdin=subprocess.DEVNULL,
+                stdout=log_file,
+                stderr=subprocess.STDOUT,
+                cwd=self.layout.state_dir,
+                # Own session: Ctrl-C reaches `up`, which stops the components in order.
+                start_new_session=True,
+            )
+        process = _Process(name, binary, popen, log_path)
+        self._processes.append(process)
+        self._write_pids()
+        return process
+
+    def _write_pids(self) -> None:
+        data = {p.name: {"pid": p.popen.pid, "binary": str(p.binary)} for p in self._processes}
+        self.layout.pids.write_text(json.dumps(data, indent=2) + "\n")
+
+    def _wait_until(
+        self, process: _Process, what: str, check: Callable[[], bool], timeout: float
+    ) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            code = process.popen.poll()
+            if code is not None:
+                raise DevClusterError(
+                    f"{process.name} exited with {code} before {what}; "
+                    f"last lines of {process.log}:\n{_tail(process.log)}"
+                )
+            with contextlib.suppress(httpx.HTTPError, OSError, ValueError, KeyError):
+                if check():
+                    return
+            time.sleep(0.2)
+        raise DevClusterError(
+            f"{process.name}: no {what} within {timeout:.0f}s; "
+            f"last lines of {process.log}:\n{_tail(process.log)}"
+        )
+
+    def admin_ssl_context(self) -> ssl.SSLContext:
+        """TLS settings of a client that trusts the cluster's CA and authenticates as admin."""
+        files = self.layout.pki
+        context = ssl.create_default_context(cafile=str(files.ca_cert))
+        context.load_cert_chain(str(files.cert("admin")), str(files.key("admin")))
+        return context
+
+    @contextlib.contextmanager
+    def admin_client(self) -> Iterator[httpx.Client]:
+        """An HTTP client of the API server authenticated as `admin`."""
+        with httpx.Client(
+            base_url=self.server, verify=self.admin_ssl_context(), timeout=10
+        ) as client:
+            yield client
+
+    def start(self) -> None:
+        """Start every component and return once the API server is ready and nodes are Ready."""
+        started = time.monotonic()
+        bin_dir = self._prepare()
+        ports = self.ports
+        timeout = self.spec.ready_timeout
+        try:
+            etcd = self._spawn("etcd", bin_dir)
+            self._wait_until(
+                etcd,
+                "health",
+                lambda: (
+                    httpx.get(f"http://127.0.0.1:{ports.etcd_client}/health", timeout=2)
+                    .json()
+                    .get("health")
+                    == "true"
+                ),
+                timeout,
+            )
+            apiserver = self._spawn("kube-apiserver", bin_dir)
+            with self.admin_client() as api:
+                self._wait_until(
+                    apiserver,
+                    "/readyz",
+                    lambda: api.get("/readyz", timeout=2).status_code == 200,
+                    timeout,
+                )
+                controllers = [
+                    self._spawn(name, bin_dir)
+                    for name in ("kube-controller-manager", "kube-scheduler", "kwok")
+                ]
+                self._apply_cluster_objects(api)
+                self._write_user_kubeconfig()
+                insecure = httpx.Client(verify=False, timeout=2)  # their own self-signed certs
+                with insecure:
+                    for process, url in zip(
+                        controllers,
+                        (
+                            f"https://127.0.0.1:{ports.controller_manager}/healthz",
+                            f"https://127.0.0.1:{ports.scheduler}/healthz",
+                            f"http://127.0.0.1:{ports.kwok}/healthz",
+                        ),
+                        strict=True,
+                    ):
+                        self._wait_until(
+                            process,
+                            "/healthz",
+                            lambda url=url: insecure.get(url).status_code == 200,  # type: ignore[misc]
+                            timeout,
+                        )
+                names = [manifest["metadata"]["name"] for manifest in self._nodes]
+                self._wait_nodes_ready(api, controllers[-1], names, timeout)
+        except BaseException:
+            self.stop()
+            raise
+        self._say(
+            f"dev cluster ready at {self.server} in {time.monotonic() - started:.1f}s "
+            f"(kubeconfig {self.spec.kubeconfig}, state {self.spec.state_dir})"
+        )
+
+    def _apply(self, api: httpx.Client, path: str, manifest: Mapping[str, Any]) -> None:
+        response = api.patch(
+            path,
+            params={"fieldManager": FIELD_MANAGER, "force": "true"},
+            content=json.dumps(manifest),
+            headers={"Content-Type": "application/apply-patch+yaml"},
+        )
+        if response.status_code >= 400:
+            raise DevClusterError(f"applying {path} failed: {response.status_code} {response.text}")
+
+    def _apply_cluster_objects(self, api: httpx.Client) -> None:
+        rbac_base = "/apis/rbac.authorization.k8s.io/v1"
+        self._apply(api, f"{rbac_base}/clusterroles/{rbac.USER_ROLE}", rbac.user_cluster_role())
+        self._apply(
+            api,
+            f"{rbac_base}/clusterrolebindings/{rbac.USER_ROLE}",
+            rbac.user_cluster_role_binding(),
+        )
+        self._apply_nodes(api, self._nodes)
+
+    def _apply_nodes(self, api: httpx.Client, manifests: Sequence[Mapping[str, Any]]) -> None:
+        for manifest in manifests:
+            name = manifest["metadata"]["name"]
+            self._apply(api, f"/api/v1/nodes/{name}", manifest)
+            # Status is a subresource: an apply to the Node itself leaves capacity alone.
+            status = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name}}
+            status["status"] = manifest["status"]
+            self._apply(api, f"/api/v1/nodes/{name}/status", status)
+
+    def _write_user_kubeconfig(self) -> None:
+        files = self.layout.pki
+        users = {user: files.pair(user) for user in pki.USERS}
+        config = kubeconfig.kubeconfig(
+            self.server, files.ca_cert.read_bytes(), users, next(iter(pki.USERS))
+        )
+        kubeconfig.write_kubeconfig(self.spec.kubeconfig, config)
+
+    def _wait_nodes_ready(
+        self, api: httpx.Client, kwok: _Process, names: Sequence[str], timeout: float
+    ) -> None:
+        def ready() -> bool:
+            for name in names:
+                node = api.get(f"/api/v1/nodes/{name}").json()
+                conditions = node.get("status", {}).get("conditions", [])
+                if not any(c["type"] == "Ready" and c["status"] == "True" for c in conditions):
+                    return False
+            return True
+
+        if names:
+            self._wait_until(kwok, f"Ready nodes {', '.join(names)}", ready, timeout)
+
+    def add_machines(self, paths: Sequence[Path], timeout: float = 30.0) -> list[str]:
+        """Add simulated nodes from machine files to the running cluster; wait until Ready."""
+        manifests = [nodes.node_manifest(nodes.load_machine(path)) for path in paths]
+        kwok = next((p for p in self._processes if p.name == "kwok"), None)
+        if kwok is None:
+            raise DevClusterError("the cluster is not running (start it first)")
+        names = [manifest["metadata"]["name"] for manifest in manifests]
+        with self.admin_client() as api:
+            self._apply_nodes(api, manifests)
+            self._wait_nodes_ready(api, kwok, names, timeout)
+        return names
+
+    # -- run and stop --------------------------------------------------------------------
+
+    def dead(self) -> list[tuple[str, int]]:
+        """Components that exited, with their exit codes."""
+        return [(p.name, code) for p in self._processes if (code := p.popen.poll()) is not None]
+
+    def run_until_stopped(self, stop: threading.Event) -> int:
+        """Foreground `up`: block until `stop` is set or a component dies, then stop everything."""
+        try:
+            while not stop.wait(0.5):
+                if not self.layout.pids.exists():
+                    self._say("stopped by `kondor dev-cluster down`")
+                    return 0
+                died = self.dead()
+                if died:
+                    name, code = died[0]
+                    log_path = self.layout.logs / f"{name}.log"
+                    self._say(f"{name} exited with {code}; last lines:\n{_tail(log_path)}")
+                    return 1
+            return 0
+        finally:
+            self.stop()
+
+    def stop(self) -> None:
+        """Stop the components in reverse order; the state directory keeps the data."""
+        entries = [(p.name, p.popen.pid, str(p.binary)) for p in reversed(self._processes)]
+        for process in reversed(self._processes):
+            if process.popen.poll() is None:
+                with contextlib.suppress(ProcessLookupError):
+                    process.popen.terminate()
+                try:
+                    process.popen.wait(timeout=15)
+                except subprocess.TimeoutExpired:
+                    process.popen.kill()
+                    process.popen.wait()
+        _terminate(entries)
+        self._processes.clear()
+        self.layout.pids.unlink(missing_ok=True)
