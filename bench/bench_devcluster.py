@@ -8,7 +8,7 @@ Prints, beside the baseline measured on the project machine (2 cores, 24 GiB):
 * 1,000 kwok nodes: time until all are Ready, and the API server's and kwok's CPU while they
   heartbeat.
 
-Run: `.venv/bin/python devcluster/bench_devcluster.py` (needs the built control plane).
+Run: `make bench-devcluster` (needs the built control plane).
 """
 
 from __future__ import annotations

@@ -34,14 +34,14 @@ def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
 
 @kopf.on.validate(GROUP, VERSION, PLURAL, id="requester", ignore_failures=True)
 def validate(spec: kopf.Spec, namespace: str | None, userinfo: kopf.UserInfo, **_: Any) -> None:
-    if namespace == NAMESPACE and spec.get("reject"):
+    if namespace == NAMESPACE and spec.get("attributes", {}).get("Reject") == "true":
         raise kopf.AdmissionError(f"rejected for {userinfo.get('username')}", code=403)
 
 
 @kopf.on.create(GROUP, VERSION, PLURAL, id="accept")
 def accept(patch: kopf.Patch, spec: kopf.Spec, **_: Any) -> None:
-    patch.status["phase"] = "Accepted"
-    patch.status["requestCpus"] = spec.get("requestCpus", 1)
+    # status.execution is the free-form subtree of the real ExecutionJob schema.
+    patch.status["execution"] = {"phase": "Accepted", "requestCpus": spec.get("requestCpus", 1)}
 
 
 @kopf.on.delete(GROUP, VERSION, PLURAL, id="cleanup")

@@ -130,13 +130,14 @@ def test_kopf_handles_jobs_with_finalizer_and_status(
         lambda: (
             (j := api.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, "job-1"))
             .get("status", {})
+            .get("execution", {})
             .get("phase")
             == "Accepted"
             and j
         ),
-        what="status.phase Accepted",
+        what="status.execution.phase Accepted",
     )
-    assert job["status"]["requestCpus"] == 2
+    assert job["status"]["execution"]["requestCpus"] == 2
     assert job["metadata"].get("finalizers"), "kopf adds a finalizer for its delete handler"
 
     api.delete_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, "job-1")
@@ -162,12 +163,12 @@ def test_webhook_sees_the_requesting_user(
 
     with pytest.raises(ApiException) as rejected:
         alice.create_namespaced_custom_object(
-            GROUP, VERSION, namespace, PLURAL, _job("rejected", reject=True)
+            GROUP, VERSION, namespace, PLURAL, _job("rejected", attributes={"Reject": "true"})
         )
     assert "rejected for alice" in rejected.value.body
     with pytest.raises(ApiException) as rejected:
         admin.create_namespaced_custom_object(
-            GROUP, VERSION, namespace, PLURAL, _job("rejected", reject=True)
+            GROUP, VERSION, namespace, PLURAL, _job("rejected", attributes={"Reject": "true"})
         )
     assert "rejected for admin" in rejected.value.body
 
