@@ -1,1 +1,26 @@
-"""The Kondor operator (kopf): SlotPolicy and ExecutionPoint reconcilers, negotiator, webhooks."""
+"""The Kondor operator (kopf): one ExecutionPoint per selected node, SlotPolicy status, webhook.
+
+What it does (DESIGN.md, "Node to ExecutionPoint"):
+
+* reads Nodes, ExecutionPoints and SlotPolicies through `@kopf.index` (no
+  change-detecting handlers, so no annotations are written on them) and, in one
+  serial reconciler task, applies what `kondor_core.fleet` plans: an
+  ExecutionPoint per node that a valid SlotPolicy selects (owned by the Node,
+  spec pinning the winning policy's name, generation and hash), deleted when no
+  policy selects the node; SlotPolicy status (Valid, Ready, observedGeneration,
+  selectedNodes, governedNodes, hash, warnings); the ExecutionPoint's
+  `status.operator` subtree (policy tie, agent heartbeat freshness) by merge
+  patch, leaving the agent's fields alone; an Event for every change.
+* refuses invalid SlotPolicies at admission (`kondor_operator.webhook`).
+* runs as one active replica under a Lease (`kondor_operator.leader`) and
+  exports Prometheus metrics (`kondor_operator.metrics`).
+
+Permissions it needs (for the chart's ClusterRole): nodes get/list/watch;
+executionpoints get/list/watch/create/patch/delete and executionpoints/status
+patch; slotpolicies get/list/watch and slotpolicies/status patch; events create
+in `default`; leases get/create/patch in its namespace; when kopf manages the
+webhook configuration, validatingwebhookconfigurations get/list/watch/create/
+patch; customresourcedefinitions get/list/watch (kopf discovers the kinds).
+
+Run it with `kondor-operator --help`; `main` is the entry point.
+"""

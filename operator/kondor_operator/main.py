@@ -1,18 +1,321 @@
-"""`kondor-operator`: the kopf operator. Its reconcilers are not built yet."""
+"""`kondor-operator`: the kopf operator that keeps one ExecutionPoint per selected node.
+
+    kondor-operator [--kubeconfig PATH] [--context NAME] [--namespace NS]
+                    [--webhook-addr A] [--webhook-host H] [--webhook-port N]
+                    [--webhook-cert F --webhook-key F] [--webhook-ca F]
+                    [--webhook-service NS/NAME[:PORT]] [--webhook-configuration NAME]
+                    [--webhook-failure-policy Ignore|Fail]
+                    [--no-webhook] [--metrics-port N]
+                    [--leader-election | --no-leader-election] [--leader-election-*]
+
+Every flag has an environment variable (`KONDOR_` + the flag in upper case with
+`_`, for example KONDOR_WEBHOOK_PORT) for the Helm chart; a flag wins over its
+variable. The namespace (of the leader Lease) defaults to $POD_NAMESPACE.
+
+Only one replica acts at a time: before kopf starts, the process takes the
+Lease `--leader-election-lease` in `--namespace` (see kondor_operator.leader);
+it stops handling and exits when it loses it, and releases it on SIGTERM.
+"""
 
 from __future__ import annotations
 
+import argparse
+import asyncio
+import logging
+import os
+import signal
 import sys
 from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import kopf
+from kubernetes import client
+
+from kondor_operator import handlers
+from kondor_operator.kube import Kube, bearer_token, default_identity, load_configuration
+from kondor_operator.leader import LeaderElector, LeaseTimings
+from kondor_operator.metrics import Metrics
+from kondor_operator.reconciler import Reconciler
+from kondor_operator.webhook import ServiceRef, WebhookOptions, build_server
+
+logger = logging.getLogger("kondor_operator")
+
+DEFAULT_WEBHOOK_CONFIGURATION = "kondor-operator.kondor.io"
+DEFAULT_LEASE = "kondor-operator"
+
+
+@dataclass(frozen=True)
+class Options:
+    kubeconfig: Path | None
+    context: str | None
+    namespace: str
+    webhook: WebhookOptions | None
+    webhook_configuration: str
+    webhook_failure_policy: str
+    metrics_port: int
+    metrics_addr: str
+    leader_election: bool
+    lease: str
+    identity: str
+    timings: LeaseTimings
+    resync: float
+    verbose: bool
+
+
+def _env(flag: str, default: str | None = None) -> str | None:
+    return os.environ.get("KONDOR_" + flag.upper().replace("-", "_"), default)
+
+
+def _flag_bool(flag: str, default: bool) -> bool:
+    value = _env(flag)
+    return default if value is None else value.lower() not in ("", "0", "false", "no")
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="kondor-operator",
+        description="Keep one ExecutionPoint per node a SlotPolicy selects; validate SlotPolicies.",
+    )
+    add = p.add_argument
+    add("--kubeconfig", type=Path, default=_env("kubeconfig"), help="kubeconfig (else in-cluster)")
+    add("--context", default=_env("context"), help="kubeconfig context")
+    add(
+        "--namespace",
+        default=_env("namespace") or os.environ.get("POD_NAMESPACE") or "default",
+        help="namespace of the leader Lease (default $POD_NAMESPACE, else default)",
+    )
+    web = p.add_argument_group("admission webhook")
+    web.add_argument(
+        "--webhook",
+        action=argparse.BooleanOptionalAction,
+        default=_flag_bool("webhook", True),
+        help="serve the SlotPolicy validating webhook (default on)",
+    )
+    web.add_argument("--webhook-addr", default=_env("webhook-addr", "127.0.0.1"))
+    web.add_argument("--webhook-host", default=_env("webhook-host"), help="host in the URL")
+    web.add_argument("--webhook-port", type=int, default=int(_env("webhook-port", "9443") or 0))
+    web.add_argument("--webhook-cert", type=Path, default=_env("webhook-cert"))
+    web.add_argument("--webhook-key", type=Path, default=_env("webhook-key"))
+    web.add_argument("--webhook-ca", type=Path, default=_env("webhook-ca"), help="CA bundle")
+    web.add_argument(
+        "--webhook-service",
+        default=_env("webhook-service"),
+        help="NAMESPACE/NAME[:PORT]: announce the webhook as this Service, not a URL",
+    )
+    web.add_argument(
+        "--webhook-configuration",
+        default=_env("webhook-configuration", DEFAULT_WEBHOOK_CONFIGURATION),
+        help="the ValidatingWebhookConfiguration kopf manages; '' to manage none",
+    )
+    web.add_argument(
+        "--webhook-failure-policy",
+        choices=("Ignore", "Fail"),
+        default=_env("webhook-failure-policy", "Ignore"),
+        help="when the webhook cannot be reached: Ignore (admit; status reports an invalid "
+        "policy) or Fail (refuse every SlotPolicy write). Default Ignore",
+    )
+    met = p.add_argument_group("metrics")
+    met.add_argument(
+        "--metrics-port",
+        type=int,
+        default=int(_env("metrics-port", "8080") or 0),
+        help="Prometheus /metrics port; 0 turns it off (default 8080)",
+    )
+    met.add_argument("--metrics-addr", default=_env("metrics-addr", "0.0.0.0"))
+    lead = p.add_argument_group("leader election (coordination.k8s.io/v1 Lease)")
+    lead.add_argument(
+        "--leader-election",
+        action=argparse.BooleanOptionalAction,
+        default=_flag_bool("leader-election", True),
+        help="default on",
+    )
+    lead.add_argument(
+        "--leader-election-lease", default=_env("leader-election-lease", DEFAULT_LEASE)
+    )
+    lead.add_argument(
+        "--leader-election-identity",
+        default=_env("leader-election-identity"),
+        help="this replica's name (default host name plus a random suffix)",
+    )
+    defaults = LeaseTimings()
+    for name, value in (
+        ("lease-duration", defaults.duration),
+        ("renew-deadline", defaults.renew_deadline),
+        ("retry-period", defaults.retry_period),
+    ):
+        lead.add_argument(
+            f"--leader-election-{name}",
+            type=float,
+            default=float(_env(f"leader-election-{name}", str(value)) or value),
+            metavar="SECONDS",
+        )
+    add(
+        "--resync",
+        type=float,
+        default=float(_env("resync", "30") or 30),
+        help="seconds between full passes (heartbeats go stale without events)",
+    )
+    add("-v", "--verbose", action="store_true", default=_flag_bool("verbose", False))
+    return p
+
+
+def parse_options(argv: Sequence[str] | None = None) -> Options:
+    p = parser()
+    args = p.parse_args(argv)
+    timings = LeaseTimings(
+        args.leader_election_lease_duration,
+        args.leader_election_renew_deadline,
+        args.leader_election_retry_period,
+    )
+    problems = timings.problems() if args.leader_election else []
+    if (args.webhook_cert is None) != (args.webhook_key is None):
+        problems.append("--webhook-cert and --webhook-key go together")
+    service = None
+    if args.webhook_service:
+        try:
+            service = ServiceRef.parse(args.webhook_service)
+        except ValueError as error:
+            problems.append(str(error))
+    if problems:
+        p.error("; ".join(problems))
+    webhook = (
+        WebhookOptions(
+            addr=args.webhook_addr,
+            port=args.webhook_port,
+            host=args.webhook_host,
+            cert=args.webhook_cert,
+            key=args.webhook_key,
+            ca=args.webhook_ca,
+            service=service,
+        )
+        if args.webhook
+        else None
+    )
+    return Options(
+        kubeconfig=args.kubeconfig,
+        context=args.context,
+        namespace=args.namespace,
+        webhook=webhook,
+        webhook_configuration=args.webhook_configuration,
+        webhook_failure_policy=args.webhook_failure_policy,
+        metrics_port=args.metrics_port,
+        metrics_addr=args.metrics_addr,
+        leader_election=args.leader_election,
+        lease=args.leader_election_lease,
+        identity=args.leader_election_identity or default_identity(),
+        timings=timings,
+        resync=args.resync,
+        verbose=args.verbose,
+    )
+
+
+def connection_info(configuration: client.Configuration) -> kopf.ConnectionInfo:
+    """kopf's credentials from the same configuration the writes use."""
+    scheme, token = bearer_token(configuration)
+    return kopf.ConnectionInfo(
+        server=configuration.host,
+        ca_path=configuration.ssl_ca_cert,
+        insecure=not configuration.verify_ssl,
+        username=configuration.username or None,
+        password=configuration.password or None,
+        scheme=scheme,
+        token=token,
+        certificate_path=configuration.cert_file,
+        private_key_path=configuration.key_file,
+    )
+
+
+def kopf_settings(options: Options) -> kopf.OperatorSettings:
+    settings = kopf.OperatorSettings()
+    settings.peering.standalone = True  # our Lease elects the one replica, not kopf's peering
+    settings.posting.level = logging.WARNING  # our own Events say what changed
+    if options.webhook is not None:
+        settings.admission.server = build_server(options.webhook)
+        settings.admission.managed = options.webhook_configuration or None
+    return settings
+
+
+async def run(options: Options) -> int:
+    """Run until SIGTERM/SIGINT (0), until leadership is lost (1), or until kopf fails (2)."""
+    configuration = load_configuration(options.kubeconfig, options.context)
+    api_client = client.ApiClient(configuration)
+    metrics = Metrics()
+    if options.metrics_port:
+        metrics.serve(options.metrics_port, options.metrics_addr)
+    reconciler = Reconciler(
+        Kube(api_client, instance=options.identity), metrics, resync=options.resync
+    )
+    registry = kopf.OperatorRegistry()
+    handlers.register(
+        registry,
+        reconciler,
+        connection=connection_info(configuration),
+        webhook=options.webhook is not None,
+        webhook_fails_closed=options.webhook_failure_policy == "Fail",
+    )
+
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, stop.set)
+
+    elector = None
+    if options.leader_election:
+        elector = LeaderElector(
+            client.CoordinationV1Api(api_client),
+            namespace=options.namespace,
+            name=options.lease,
+            identity=options.identity,
+            timings=options.timings,
+            on_change=metrics.set_leader,
+        )
+        metrics.set_leader(False)
+        if not await elector.acquire(stop):
+            return 0
+    metrics.set_leader(True)
+
+    kopf_stop = asyncio.Event()
+    operator = asyncio.create_task(
+        kopf.operator(
+            registry=registry,
+            settings=kopf_settings(options),
+            clusterwide=True,
+            standalone=True,
+            stop_flag=kopf_stop,
+        ),
+        name="kopf",
+    )
+    # kopf installs its own SIGTERM/SIGINT handlers: a signal ends `operator`, not `stop`.
+    stopped = asyncio.create_task(stop.wait(), name="stop")
+    waiting: set[asyncio.Task[None] | asyncio.Task[bool]] = {operator, stopped}
+    lost = None
+    if elector is not None:
+        lost = asyncio.create_task(elector.hold(), name="lease")
+        waiting.add(lost)
+    done, _ = await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
+    kopf_stop.set()
+    [outcome] = await asyncio.gather(operator, return_exceptions=True)
+    stopped.cancel()
+    failed = isinstance(outcome, BaseException) and not isinstance(outcome, asyncio.CancelledError)
+    if failed:
+        logger.error("kopf stopped with an error: %r", outcome)
+    if lost is not None and lost in done:
+        logger.error("stepped down: leadership lost; exiting so that one replica acts")
+        return 1
+    if lost is not None:
+        lost.cancel()
+        await asyncio.gather(lost, return_exceptions=True)
+    if elector is not None:
+        await asyncio.to_thread(elector.release)
+    return 2 if failed else 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    print(
-        "kondor-operator: the operator (SlotPolicy and ExecutionPoint reconcilers) is not "
-        "built yet; use `kondor simulate` or `kondor policy compile` to try policies offline",
-        file=sys.stderr,
-    )
-    return 2
+    options = parse_options(argv)
+    kopf.configure(verbose=options.verbose)
+    logging.getLogger("urllib3").setLevel(logging.INFO)  # one line per request is too many
+    return asyncio.run(run(options))
 
 
 if __name__ == "__main__":

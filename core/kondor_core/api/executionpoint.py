@@ -28,16 +28,29 @@ class ExecutionPointSpec(Model):
 
 
 class SlotStatus(Model):
-    """One slot as the agent reports it; `ad` holds the whole slot ad."""
+    """One slot as the agent reports it; `ad` holds the whole slot ad (`kondor simulate`'s form)."""
 
-    name: str
-    type: str
+    name: str = Field(description="The slot's Name: slot1@node, slot1_1@node")
+    type: str = Field(description="Partitionable, Dynamic or Static (SlotType)")
     state: str
     activity: str
     cpus: float = 0
-    memory: int = 0
+    memory: int = Field(default=0, description="MiB, as the slot ad's Memory")
+    disk: int = Field(default=0, description="KiB, as the slot ad's Disk")
     gpus: int = 0
+    entered_current_state: int | None = Field(
+        default=None, description="EnteredCurrentState: epoch seconds"
+    )
+    entered_current_activity: int | None = Field(
+        default=None, description="EnteredCurrentActivity: epoch seconds"
+    )
+    job: str | None = Field(default=None, description="The job the slot runs (JobId), if any")
     ad: dict[str, Any] = Field(default_factory=dict)
+    expressions: list[str] = Field(
+        default_factory=list,
+        description="Attributes of `ad` whose string is ClassAd source (Requirements, Start), "
+        "not a string value",
+    )
 
 
 class SlotSummary(Model):
@@ -59,6 +72,13 @@ class ExecutionPointStatus(Model):
     summary: SlotSummary = Field(default_factory=SlotSummary)
     slots: list[SlotStatus] = Field(default_factory=list)
     conditions: list[Condition] = Field(default_factory=list)
-    last_heartbeat: str | None = None
-    machine: dict[str, Any] = Field(default_factory=dict)
+    last_heartbeat: str | None = Field(
+        default=None, description="When the agent last wrote this status (RFC 3339)"
+    )
+    policy: ResolvedPolicy | None = Field(
+        default=None, description="The SlotPolicy (generation, hash) the slots were carved with"
+    )
+    machine: dict[str, Any] = Field(
+        default_factory=dict, description="The machine ad: detected resources and facts"
+    )
     operator: dict[str, Any] = Field(default_factory=dict)

@@ -144,7 +144,10 @@ class SlotPolicyStatus(Model):
     """status of a SlotPolicy, written by the operator."""
 
     observed_generation: int | None = None
-    selected_nodes: int = 0
+    selected_nodes: int = Field(default=0, description="Nodes its nodeSelector selects")
+    governed_nodes: int = Field(
+        default=0, description="Selected nodes it governs (highest priority, ties by name)"
+    )
     hash: str | None = Field(default=None, description="Hash of the compiled policy")
     conditions: list[Condition] = Field(default_factory=list)
     warnings: list[str] = Field(default_factory=list, description="Knobs reported at compile")

@@ -1,0 +1,90 @@
+"""The fleet: which nodes are execution points, under which SlotPolicy, and what to change.
+
+Pure functions for the operator (DESIGN.md, "Node to ExecutionPoint"): label
+selectors with Kubernetes semantics, priority resolution with ties reported,
+SlotPolicy checking for admission and status, ExecutionPoint manifests, and the
+diff from what is to what should be. No I/O and no clock: time is an argument.
+"""
+
+from kondor_core.fleet.plan import (
+    MANAGED_BY,
+    MANAGED_BY_LABEL,
+    Action,
+    CreateExecutionPoint,
+    DeleteExecutionPoint,
+    Event,
+    NodeFacts,
+    ObservedExecutionPoint,
+    ObservedPolicy,
+    PatchExecutionPoint,
+    PatchOperatorStatus,
+    PatchPolicyStatus,
+    execution_point_manifest,
+    owner_reference,
+    plan_execution_points,
+    plan_policy_statuses,
+    policy_counts,
+    resolved_policy,
+)
+from kondor_core.fleet.policy import (
+    DEFAULT_UPDATE_INTERVAL,
+    CheckedPolicy,
+    admission_message,
+    check_policy,
+)
+from kondor_core.fleet.resolve import PolicyCandidate, Resolution, resolve, selected_nodes
+from kondor_core.fleet.selector import requirement_holds, selector_problems, selects
+from kondor_core.fleet.status import (
+    STALE_AFTER_INTERVALS,
+    PolicyCounts,
+    condition,
+    condition_status,
+    heartbeat_state,
+    merge_conditions,
+    operator_status,
+    parse_timestamp,
+    slot_policy_status,
+    timestamp,
+)
+
+__all__ = [
+    "DEFAULT_UPDATE_INTERVAL",
+    "MANAGED_BY",
+    "MANAGED_BY_LABEL",
+    "STALE_AFTER_INTERVALS",
+    "Action",
+    "CheckedPolicy",
+    "CreateExecutionPoint",
+    "DeleteExecutionPoint",
+    "Event",
+    "NodeFacts",
+    "ObservedExecutionPoint",
+    "ObservedPolicy",
+    "PatchExecutionPoint",
+    "PatchOperatorStatus",
+    "PatchPolicyStatus",
+    "PolicyCandidate",
+    "PolicyCounts",
+    "Resolution",
+    "admission_message",
+    "check_policy",
+    "condition",
+    "condition_status",
+    "execution_point_manifest",
+    "heartbeat_state",
+    "merge_conditions",
+    "operator_status",
+    "owner_reference",
+    "parse_timestamp",
+    "plan_execution_points",
+    "plan_policy_statuses",
+    "policy_counts",
+    "requirement_holds",
+    "resolve",
+    "resolved_policy",
+    "selected_nodes",
+    "selector_problems",
+    "selects",
+    "slot_policy_status",
+    "timestamp",
+]

@@ -1,0 +1,76 @@
+"""A SlotPolicy manifest's spec, checked and compiled: what admission and status report."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from kondor_core.api.manifest import InvalidObjectError, validate
+from kondor_core.api.slotpolicy import SlotPolicySpec
+from kondor_core.classads import ExpressionError
+from kondor_core.config import PolicyError, compile_policy, policy_hash
+from kondor_core.fleet.selector import selector_problems
+from kondor_core.policy import PolicyError as EnginePolicyError
+from kondor_core.policy import StartdPolicy
+
+#: HTCondor's UPDATE_INTERVAL default ("condor_startd Configuration File Macros").
+DEFAULT_UPDATE_INTERVAL = 300.0
+
+
+@dataclass(frozen=True)
+class CheckedPolicy:
+    """The outcome of checking one SlotPolicy spec: a spec and hash, or the problems found."""
+
+    spec: SlotPolicySpec | None = None
+    hash: str = ""
+    warnings: tuple[str, ...] = ()
+    problems: tuple[str, ...] = field(default_factory=tuple)
+    #: UPDATE_INTERVAL of the policy: how often the agent's heartbeat is due.
+    update_interval: float = DEFAULT_UPDATE_INTERVAL
+
+    @property
+    def valid(self) -> bool:
+        return self.spec is not None and not self.problems
+
+
+def check_policy(spec: Mapping[str, Any]) -> CheckedPolicy:
+    """Validate the spec against the model, then compile it; every problem names its field.
+
+    Expression problems quote classad2's parser (`spec.start: 'X >' is not a valid
+    ClassAd expression (classad2: ...)`), snippet problems name the condorConfig line.
+    """
+    try:
+        model = validate(SlotPolicySpec, dict(spec), what="SlotPolicy spec", prefix="spec")
+    except InvalidObjectError as error:
+        return CheckedPolicy(problems=tuple(error.problems))
+    problems = selector_problems(model.node_selector)
+    try:
+        compiled = compile_policy(model)
+    except PolicyError as error:
+        return CheckedPolicy(problems=(*problems, *map(_in_spec, error.problems)))
+    try:
+        # The agent builds this engine from the same policy: what it would refuse, refuse here.
+        engine = StartdPolicy.from_effective(compiled)
+    except (EnginePolicyError, ExpressionError) as error:
+        problems.append(f"spec: {error}")
+    if problems:
+        return CheckedPolicy(problems=tuple(problems))
+    return CheckedPolicy(
+        model,
+        policy_hash(compiled),
+        tuple(compiled.warnings),
+        update_interval=engine.update_interval,
+    )
+
+
+def _in_spec(problem: str) -> str:
+    # The compiler names snippet lines `condorConfig line N`; the user wrote it under spec.
+    return f"spec.{problem}" if problem.startswith("condorConfig") else problem
+
+
+def admission_message(name: str, checked: CheckedPolicy) -> str:
+    """The message `kubectl apply` shows when admission refuses the policy."""
+    count = len(checked.problems)
+    listed = "; ".join(checked.problems)
+    return f"SlotPolicy {name!r} has {count} problem{'s' * (count != 1)}: {listed}"

@@ -1,0 +1,193 @@
+"""The operator's door to the API server: connection settings, writes, Events and the Lease.
+
+kopf watches (with its own client); everything the operator *writes* goes through
+`Kube`, synchronously, from a worker thread, so the reconciler takes any object
+with these methods and tests can hand it a fake.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from kubernetes import client, config
+from kubernetes.client.exceptions import ApiException
+
+from kondor_core.api import GROUP, VERSION
+from kondor_core.fleet import Event
+
+logger = logging.getLogger(__name__)
+
+EXECUTION_POINTS = "executionpoints"
+SLOT_POLICIES = "slotpolicies"
+MERGE_PATCH = "application/merge-patch+json"
+COMPONENT = "kondor-operator"
+#: Events about cluster-scoped objects (Nodes, ExecutionPoints, SlotPolicies) live here, as
+#: the kubelet's Node events do; `kubectl describe` finds them.
+EVENTS_NAMESPACE = "default"
+
+
+def load_configuration(kubeconfig: Path | None, context: str | None) -> client.Configuration:
+    """In a pod, its ServiceAccount; elsewhere a kubeconfig as kubectl finds it (`--kubeconfig`,
+    else $KUBECONFIG, else ~/.kube/config) with `--context`."""
+    configuration = client.Configuration()
+    if kubeconfig is None and context is None:
+        try:
+            config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
+            return configuration
+        except config.ConfigException:
+            pass
+    config.load_kube_config(  # type: ignore[no-untyped-call]
+        config_file=str(kubeconfig) if kubeconfig is not None else None,
+        context=context,
+        client_configuration=configuration,
+    )
+    return configuration
+
+
+def bearer_token(configuration: client.Configuration) -> tuple[str | None, str | None]:
+    """(scheme, token) of the configuration's Authorization header, if it has one."""
+    header = configuration.get_api_key_with_prefix("BearerToken") or (
+        configuration.get_api_key_with_prefix("authorization")
+    )
+    if not header:
+        return None, None
+    scheme, _, token = str(header).partition(" ")
+    return (scheme, token) if token else (None, scheme)
+
+
+def default_identity() -> str:
+    """This replica's name in the Lease: the pod's host name plus a random suffix, so that a
+    restarted process is a new candidate (as client-go's leader election does)."""
+    return f"{socket.gethostname()}_{uuid.uuid4().hex[:8]}"
+
+
+def _now() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+@dataclass(frozen=True)
+class ObjectRef:
+    """An Event's involvedObject."""
+
+    api_version: str
+    kind: str
+    name: str
+    uid: str | None = None
+
+    def dump(self) -> dict[str, Any]:
+        ref = {"apiVersion": self.api_version, "kind": self.kind, "name": self.name}
+        if self.uid:
+            ref["uid"] = self.uid
+        return ref
+
+
+def execution_point_ref(name: str, uid: str | None) -> ObjectRef:
+    return ObjectRef(f"{GROUP}/{VERSION}", "ExecutionPoint", name, uid)
+
+
+def slot_policy_ref(name: str, uid: str | None) -> ObjectRef:
+    return ObjectRef(f"{GROUP}/{VERSION}", "SlotPolicy", name, uid)
+
+
+def node_ref(name: str, uid: str | None) -> ObjectRef:
+    return ObjectRef("v1", "Node", name, uid)
+
+
+class Kube:
+    """The writes the reconciler makes, over the `kubernetes` client. 404 and 409 are
+    returned as False (someone else got there first; the next event settles it)."""
+
+    def __init__(self, api_client: client.ApiClient, *, instance: str = COMPONENT) -> None:
+        self.objects = client.CustomObjectsApi(api_client)
+        self.core = client.CoreV1Api(api_client)
+        self.instance = instance
+
+    @staticmethod
+    def _benign(error: ApiException) -> bool:
+        return error.status in (404, 409)
+
+    def create_execution_point(self, manifest: Mapping[str, Any]) -> str | None:
+        """Create the ExecutionPoint; its uid, or None if it exists already."""
+        try:
+            created = self.objects.create_cluster_custom_object(
+                GROUP, VERSION, EXECUTION_POINTS, dict(manifest)
+            )
+        except ApiException as error:
+            if error.status == 409:
+                return None
+            raise
+        metadata = created.get("metadata", {}) if isinstance(created, dict) else {}
+        return str(metadata.get("uid", ""))
+
+    def patch_execution_point(self, name: str, patch: Mapping[str, Any]) -> bool:
+        try:
+            self.objects.patch_cluster_custom_object(
+                GROUP, VERSION, EXECUTION_POINTS, name, dict(patch), _content_type=MERGE_PATCH
+            )
+        except ApiException as error:
+            if self._benign(error):
+                return False
+            raise
+        return True
+
+    def patch_execution_point_status(self, name: str, patch: Mapping[str, Any]) -> bool:
+        try:
+            self.objects.patch_cluster_custom_object_status(
+                GROUP, VERSION, EXECUTION_POINTS, name, dict(patch), _content_type=MERGE_PATCH
+            )
+        except ApiException as error:
+            if self._benign(error):
+                return False
+            raise
+        return True
+
+    def delete_execution_point(self, name: str) -> bool:
+        try:
+            self.objects.delete_cluster_custom_object(GROUP, VERSION, EXECUTION_POINTS, name)
+        except ApiException as error:
+            if self._benign(error):
+                return False
+            raise
+        return True
+
+    def patch_slot_policy_status(self, name: str, patch: Mapping[str, Any]) -> bool:
+        try:
+            self.objects.patch_cluster_custom_object_status(
+                GROUP, VERSION, SLOT_POLICIES, name, dict(patch), _content_type=MERGE_PATCH
+            )
+        except ApiException as error:
+            if self._benign(error):
+                return False
+            raise
+        return True
+
+    def post_event(self, ref: ObjectRef, event: Event) -> None:
+        """Post a core/v1 Event; a failure is logged, never raised (Events are best effort)."""
+        now = _now()
+        body = client.CoreV1Event.from_dict(
+            {
+                "metadata": {"generateName": f"{ref.name}."},
+                "involvedObject": ref.dump(),
+                "type": event.type,
+                "reason": event.reason,
+                "message": event.message[:1024],
+                "firstTimestamp": now,
+                "lastTimestamp": now,
+                "count": 1,
+                "source": {"component": COMPONENT},
+                "reportingComponent": COMPONENT,
+                "reportingInstance": self.instance,
+            }
+        )
+        try:
+            assert body is not None  # from_dict of a dict
+            self.core.create_namespaced_event(EVENTS_NAMESPACE, body)
+        except (ApiException, ValueError) as error:
+            logger.warning("cannot post Event %s on %s: %s", event.reason, ref.name, error)

@@ -1,0 +1,78 @@
+"""Prometheus metrics of the operator, on their own registry (served with `--metrics-port`)."""
+
+from __future__ import annotations
+
+from collections import Counter as Tally
+from collections.abc import Iterable, Mapping
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_server
+
+PREFIX = "kondor_operator"
+
+
+class Metrics:
+    """What the operator counts. One instance per process; tests make their own."""
+
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry if registry is not None else CollectorRegistry()
+        self.reconciles = Counter(
+            f"{PREFIX}_reconciles",
+            "Reconciles by kind (ExecutionPoint, SlotPolicy) and result (ok, error)",
+            ["kind", "result"],
+            registry=self.registry,
+        )
+        self.changes = Counter(
+            f"{PREFIX}_changes",
+            "Writes by kind and action (create, update, delete, status)",
+            ["kind", "action"],
+            registry=self.registry,
+        )
+        self.execution_points = Gauge(
+            f"{PREFIX}_execution_points",
+            "ExecutionPoints by whether the agent's heartbeat is fresh (Fresh, Stale, Unknown)",
+            ["heartbeat"],
+            registry=self.registry,
+        )
+        self.slots = Gauge(
+            f"{PREFIX}_slots",
+            "Slots of all ExecutionPoints by HTCondor state and activity",
+            ["state", "activity"],
+            registry=self.registry,
+        )
+        self.slot_policies = Gauge(
+            f"{PREFIX}_slot_policies",
+            "SlotPolicies by validity",
+            ["valid"],
+            registry=self.registry,
+        )
+        self.leader = Gauge(
+            f"{PREFIX}_leader",
+            "1 while this replica holds the leader Lease (or runs without election)",
+            registry=self.registry,
+        )
+
+    def serve(self, port: int, addr: str = "0.0.0.0") -> None:
+        """Serve /metrics on `port` from a background thread."""
+        start_http_server(port, addr=addr, registry=self.registry)
+
+    def set_leader(self, leading: bool) -> None:
+        self.leader.set(1 if leading else 0)
+
+    def observe_fleet(
+        self,
+        heartbeats: Iterable[str],
+        slots: Iterable[tuple[str, str]],
+        policies_valid: Mapping[str, bool],
+    ) -> None:
+        """Replace the gauges with the fleet as it is now."""
+        self.execution_points.clear()
+        for state in ("Fresh", "Stale", "Unknown"):
+            self.execution_points.labels(state).set(0)
+        for state, count in Tally(heartbeats).items():
+            self.execution_points.labels(state).set(count)
+        self.slots.clear()
+        for (state, activity), count in Tally(slots).items():
+            self.slots.labels(state, activity).set(count)
+        valid = sum(policies_valid.values())
+        self.slot_policies.labels("true").set(valid)
+        self.slot_policies.labels("false").set(len(policies_valid) - valid)

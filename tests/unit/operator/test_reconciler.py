@@ -1,0 +1,173 @@
+"""The reconciler between kopf's indexes and the API: what it writes, announces and counts."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from typing import Any
+
+from kondor_core.fleet import Event, check_policy
+from kondor_operator.kube import ObjectRef
+from kondor_operator.metrics import Metrics
+from kondor_operator.reconciler import (
+    Reconciler,
+    execution_point_entry,
+    node_entry,
+    slot_policy_entry,
+)
+
+NOW = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
+
+
+class Writer:
+    """Records writes; `existing` makes create answer 'already there'."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, str, Any]] = []
+        self.events: list[tuple[ObjectRef, Event]] = []
+
+    def create_execution_point(self, manifest: Mapping[str, Any]) -> str | None:
+        self.calls.append(("create", manifest["metadata"]["name"], manifest))
+        return "ep-uid"
+
+    def patch_execution_point(self, name: str, patch: Mapping[str, Any]) -> bool:
+        self.calls.append(("patch", name, patch))
+        return True
+
+    def patch_execution_point_status(self, name: str, patch: Mapping[str, Any]) -> bool:
+        self.calls.append(("status", name, patch))
+        return True
+
+    def delete_execution_point(self, name: str) -> bool:
+        self.calls.append(("delete", name, None))
+        return True
+
+    def patch_slot_policy_status(self, name: str, patch: Mapping[str, Any]) -> bool:
+        self.calls.append(("policy-status", name, patch))
+        return True
+
+    def post_event(self, ref: ObjectRef, event: Event) -> None:
+        self.events.append((ref, event))
+
+
+def node(name: str, **labels: str) -> dict[str, Any]:
+    return {"metadata": {"name": name, "uid": f"uid-{name}", "labels": labels}}
+
+
+def policy(name: str, generation: int = 1, **spec: Any) -> dict[str, Any]:
+    return {
+        "metadata": {"name": name, "uid": f"uid-{name}", "generation": generation},
+        "spec": spec,
+    }
+
+
+def index(entries: dict[str, Any]) -> dict[str, list[Any]]:
+    """kopf's index shape: key -> the values objects gave for it."""
+    return {key: [value] for key, value in entries.items()}
+
+
+def reconciler(
+    nodes: list[dict[str, Any]], policies: list[dict[str, Any]], eps: list[dict[str, Any]]
+) -> tuple[Reconciler, Writer, Metrics]:
+    writer, metrics = Writer(), Metrics()
+    subject = Reconciler(writer, metrics, clock=lambda: NOW)
+    subject.attach(
+        index({n["metadata"]["name"]: node_entry(n) for n in nodes}),
+        index({e["metadata"]["name"]: execution_point_entry(e) for e in eps}),
+        index({p["metadata"]["name"]: slot_policy_entry(p) for p in policies}),
+    )
+    return subject, writer, metrics
+
+
+def test_a_pass_creates_execution_points_and_writes_policy_status() -> None:
+    subject, writer, metrics = reconciler(
+        [node("n1", pool="batch"), node("n2")],
+        [policy("batch", nodeSelector={"matchLabels": {"pool": "batch"}})],
+        [],
+    )
+    asyncio.run(subject.run_once())
+    kinds = [(verb, name) for verb, name, _ in writer.calls]
+    assert kinds == [("create", "n1"), ("policy-status", "batch")]
+    manifest = writer.calls[0][2]
+    assert manifest["metadata"]["ownerReferences"][0]["uid"] == "uid-n1"
+    assert manifest["spec"]["policy"]["hash"] == check_policy({}).hash
+    status = writer.calls[1][2]["status"]
+    assert (status["selectedNodes"], status["observedGeneration"]) == (1, 1)
+    [(ref, event)] = writer.events
+    assert (ref.kind, ref.name, ref.uid, event.reason) == (
+        "ExecutionPoint",
+        "n1",
+        "ep-uid",
+        "Created",
+    )
+    sample = metrics.registry.get_sample_value
+    assert (
+        sample("kondor_operator_changes_total", {"kind": "ExecutionPoint", "action": "create"}) == 1
+    )
+    assert sample("kondor_operator_reconciles_total", {"kind": "SlotPolicy", "result": "ok"}) == 1
+
+
+def test_an_invalid_policy_is_reported_on_the_policy_and_creates_nothing() -> None:
+    subject, writer, metrics = reconciler([node("n1")], [policy("bad", start="Idle >")], [])
+    asyncio.run(subject.run_once())
+    [(verb, name, patch)] = writer.calls
+    assert (verb, name) == ("policy-status", "bad")
+    valid = patch["status"]["conditions"][0]
+    assert valid["status"] == "False" and "spec.start: 'Idle >'" in valid["message"]
+    [(ref, event)] = writer.events
+    assert (ref.kind, event.type, event.reason) == ("SlotPolicy", "Warning", "InvalidPolicy")
+    assert (
+        metrics.registry.get_sample_value("kondor_operator_slot_policies", {"valid": "false"}) == 1
+    )
+
+
+def test_slots_are_counted_by_state_and_activity_and_agent_fields_untouched() -> None:
+    ep = {
+        "metadata": {
+            "name": "n1",
+            "uid": "ep-1",
+            "labels": {"app.kubernetes.io/managed-by": "kondor-operator"},
+            "ownerReferences": [
+                {"apiVersion": "v1", "kind": "Node", "name": "n1", "uid": "uid-n1"}
+            ],
+        },
+        "spec": {
+            "nodeName": "n1",
+            "policy": {"name": "all", "generation": 1, "hash": check_policy({}).hash},
+        },
+        "status": {
+            "lastHeartbeat": "2026-01-02T03:04:00Z",
+            "slots": [
+                {"state": "Claimed", "activity": "Busy"},
+                {"state": "Claimed", "activity": "Busy"},
+                {"state": "Owner", "activity": "Idle"},
+            ],
+        },
+    }
+    subject, writer, metrics = reconciler([node("n1")], [policy("all")], [ep])
+    asyncio.run(subject.run_once())
+    [(verb, name, patch), _] = writer.calls
+    assert (verb, name) == ("status", "n1")
+    assert set(patch["status"]) == {"operator"}
+    assert patch["status"]["operator"]["heartbeat"] == "Fresh"
+    sample = metrics.registry.get_sample_value
+    assert sample("kondor_operator_slots", {"state": "Claimed", "activity": "Busy"}) == 2
+    assert sample("kondor_operator_slots", {"state": "Owner", "activity": "Idle"}) == 1
+    assert sample("kondor_operator_execution_points", {"heartbeat": "Fresh"}) == 1
+
+
+def test_touching_one_node_plans_only_that_node() -> None:
+    subject, writer, _ = reconciler([node("n1"), node("n2")], [policy("all")], [])
+    asyncio.run(subject.run_once())
+    writer.calls.clear()
+    subject.touch("n2")
+    asyncio.run(subject.run_once())
+    assert [name for verb, name, _ in writer.calls if verb == "create"] == ["n2"]
+
+
+def test_a_policy_is_checked_once_per_spec() -> None:
+    subject, _, _ = reconciler([], [policy("p", start="true")], [])
+    world = subject.snapshot()
+    first = subject.check(world.policies["p"])
+    assert subject.check(world.policies["p"]) is first
