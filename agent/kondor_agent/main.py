@@ -1,59 +1,242 @@
-"""`kondor-agent`: one per node.
+"""`kondor-agent`: one per node. Detects the machine, carves its slots under the SlotPolicy its
+ExecutionPoint names, evaluates the startd policy every polling interval and publishes the
+slot ads to the ExecutionPoint's status.
 
-Today it runs one whole cycle offline (`--oneshot --no-publish`): read the
-machine description, compile the policy, carve the slots and print the slot ads
-as `kondor simulate --output json` does. Live detection and publishing to the
-ExecutionPoint arrive with the operator/agent work.
+    kondor-agent --node-name NODE [--machine FILE] [--kubeconfig F] [--context C]
+    kondor-agent --machine FILE --policy POLICY.yaml --oneshot --no-publish
+    kondor-agent detect ...
+
+With `--machine FILE` the node is simulated: the machine is the file, re-read when it
+changes. Without it the machine is detected on the host (`kondor_agent.detect`).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import logging
+import os
+import signal
+import socket
 import sys
-from collections.abc import Sequence
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
+from types import FrameType
+from typing import Any
 
-import yaml
-from pydantic import ValidationError
+from kondor_agent import startd as startd_mod
+from kondor_agent.hostsource import DetectionUnavailableError, HostMachine, detect_module
+from kondor_agent.loop import Agent, AgentConfig, LiveFacts, no_live_facts
+from kondor_agent.machinefile import MachineFile, load
+from kondor_agent.metrics import AgentMetrics
+from kondor_core.api import InvalidObjectError, Machine, ResolvedPolicy, SlotPolicy
+from kondor_core.config import PolicyError
+from kondor_core.policy import PolicyError as EngineError
+from kondor_core.slots import LayoutError
 
-from kondor_core.api import InvalidObjectError, Machine, SlotPolicy, describe_errors, validate
-from kondor_core.config import PolicyError, compile_policy
-from kondor_core.slots import LayoutError, simulate
+log = logging.getLogger("kondor_agent")
 
 
-def _load(path: Path, model: type[Machine] | type[SlotPolicy]) -> Machine | SlotPolicy:
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="kondor-agent",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument(
+        "--node-name",
+        default=os.environ.get("NODE_NAME"),
+        help="the node (and ExecutionPoint) this agent serves; default $NODE_NAME",
+    )
+    parser.add_argument("--machine", type=Path, help="machine description YAML (simulated node)")
+    parser.add_argument(
+        "--policy", type=Path, help="SlotPolicy manifest YAML (with --oneshot --no-publish)"
+    )
+    parser.add_argument("--oneshot", action="store_true", help="run one cycle and exit")
+    parser.add_argument(
+        "--no-publish", action="store_true", help="print the slot ads instead of publishing"
+    )
+    parser.add_argument("--kubeconfig", type=Path, help="default $KUBECONFIG, ~/.kube/config")
+    parser.add_argument("--context", help="the kubeconfig context to use")
+    parser.add_argument(
+        "--polling-interval",
+        type=float,
+        help="seconds between policy evaluations (default: the policy's POLLING_INTERVAL, 5)",
+    )
+    parser.add_argument(
+        "--update-interval",
+        type=float,
+        help="seconds between heartbeat writes when nothing changes (default: the policy's "
+        "UPDATE_INTERVAL, 300)",
+    )
+    parser.add_argument(
+        "--state-dir", type=Path, help="node-local state: the last status written (status.json)"
+    )
+    parser.add_argument("--metrics-port", type=int, help="serve Prometheus /metrics on this port")
+    parser.add_argument(
+        "--host-root",
+        type=Path,
+        default=Path("/"),
+        help="where the host's / is mounted, for detection (a DaemonSet mounts it at /host)",
+    )
+    parser.add_argument(
+        "--execute-dir",
+        type=Path,
+        default=Path("/var/lib/kondor/execute"),
+        help="the directory jobs run in; its size is the slots' disk",
+    )
+    parser.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING, ERROR")
+    return parser
+
+
+def _detect_command(argv: Sequence[str]) -> int:
+    parser = argparse.ArgumentParser(prog="kondor-agent")
+    commands = parser.add_subparsers(dest="command", required=True)
     try:
-        data = yaml.safe_load(path.read_text())
-    except (OSError, yaml.YAMLError) as err:
-        raise InvalidObjectError(str(path), [f"cannot read it: {err}"]) from None
-    try:
-        return validate(model, data, what=str(path))
-    except ValidationError as err:  # pragma: no cover - validate already converts
-        raise InvalidObjectError(str(path), describe_errors(err)) from None
+        register = getattr(detect_module(), "register", None)
+        if register is None:
+            raise DetectionUnavailableError("kondor_agent.detect has no `register`")
+    except DetectionUnavailableError as err:
+        print(f"kondor-agent detect: {err}", file=sys.stderr)
+        return 2
+    register(commands)
+    args = parser.parse_args(list(argv))
+    return int(args.func(args) or 0)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="kondor-agent", description=__doc__)
-    parser.add_argument("--machine", type=Path, required=True, help="machine description YAML")
-    parser.add_argument("--policy", type=Path, required=True, help="SlotPolicy manifest YAML")
-    parser.add_argument("--oneshot", action="store_true", help="run one cycle and exit")
-    parser.add_argument("--no-publish", action="store_true", help="print instead of publishing")
-    args = parser.parse_args(argv)
-    if not (args.oneshot and args.no_publish):
+    arguments = list(sys.argv[1:] if argv is None else argv)
+    if arguments[:1] == ["detect"]:
+        return _detect_command(arguments)
+    parser = build_parser()
+    args = parser.parse_args(arguments)
+    logging.basicConfig(
+        level=args.log_level.upper(),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    if args.no_publish:
+        if not args.oneshot or args.policy is None:
+            parser.error("--no-publish runs one cycle offline: give --oneshot and --policy too")
+        return _offline(args)
+    if args.policy is not None:
         parser.error(
-            "only --oneshot --no-publish is available so far; the publishing agent "
-            "(live detection, ExecutionPoint status) is not built yet"
+            "--policy is for --oneshot --no-publish; a publishing agent reads the "
+            "SlotPolicy its ExecutionPoint names"
         )
+    if not args.node_name:
+        parser.error("--node-name is required (or set $NODE_NAME)")
     try:
-        machine = _load(args.machine, Machine)
-        policy = _load(args.policy, SlotPolicy)
-        assert isinstance(machine, Machine) and isinstance(policy, SlotPolicy)
-        result = simulate(machine, compile_policy(policy.spec), [])
-    except (InvalidObjectError, PolicyError, LayoutError) as err:
+        return _publish(args)
+    except (InvalidObjectError, DetectionUnavailableError) as err:
         print(f"kondor-agent: {err}", file=sys.stderr)
         return 2
-    print(json.dumps({"slots": result.slots, "placements": []}, indent=2))
+
+
+def _host(args: argparse.Namespace, read_node: Callable[[], Any]) -> HostMachine:
+    name = args.node_name or socket.gethostname()
+    return HostMachine(
+        node_name=name,
+        root=args.host_root,
+        execute_dir=args.execute_dir,
+        read_node=read_node,
+        clock=time.time,
+    )
+
+
+def _machine_file(path: Path) -> tuple[Callable[[], Machine], LiveFacts]:
+    source = MachineFile(path)
+    source.read()  # a bad file fails now, with its name
+    return source.read, no_live_facts
+
+
+def _offline(args: argparse.Namespace) -> int:
+    """One whole cycle without an API server; the slot ads as `kondor simulate -o json`."""
+    try:
+        if args.machine is not None:
+            machines, live = _machine_file(args.machine)
+        else:  # this host, without the Node's labels and allocatable (no API server)
+            host = _host(args, lambda: None)
+            machines, live = host.read, host.live
+        machine = machines()
+        policy = load(args.policy, SlotPolicy)
+        assert isinstance(policy, SlotPolicy)
+        now = time.time()
+        ref = ResolvedPolicy(name=policy.metadata.name, generation=policy.metadata.generation or 0)
+        node = startd_mod.start(machine, policy.spec, ref, now)
+        for warning in node.warnings:
+            print(f"warning: {args.policy}: {warning}", file=sys.stderr)
+        facts = live(now)
+        node = startd_mod.tick(node, facts, now).startd
+        ads = startd_mod.slot_ads(node, facts, now)
+    except (
+        InvalidObjectError,
+        PolicyError,
+        LayoutError,
+        EngineError,
+        DetectionUnavailableError,
+        OSError,
+    ) as err:
+        print(f"kondor-agent: {err}", file=sys.stderr)
+        return 2
+    print(json.dumps({"slots": ads, "placements": []}, indent=2))
+    return 0
+
+
+class _StatusFile:
+    """Keeps the last status written in the state directory (what `kubectl` would show)."""
+
+    def __init__(self, directory: Path) -> None:
+        directory.mkdir(parents=True, exist_ok=True)
+        self.path = directory / "status.json"
+
+    def save(self, status: Mapping[str, Any]) -> None:
+        temporary = self.path.with_suffix(".tmp")
+        temporary.write_text(json.dumps(status, indent=2) + "\n")
+        temporary.replace(self.path)
+
+
+def _publish(args: argparse.Namespace) -> int:
+    # Offline runs need no client.
+    from kondor_agent.kube import KubernetesAPI, WatchedExecutionPoint  # noqa: PLC0415
+
+    api = KubernetesAPI.connect(args.kubeconfig, args.context)
+    if args.machine is not None:
+        machines, live = _machine_file(args.machine)
+    else:
+        host = _host(args, lambda: api.read_node(args.node_name))
+        machines, live = host.read, host.live
+    metrics = AgentMetrics()
+    if args.metrics_port is not None:
+        metrics.serve(args.metrics_port)
+    config = AgentConfig(
+        node_name=args.node_name,
+        polling_interval=args.polling_interval,
+        update_interval=args.update_interval,
+    )
+    watched = WatchedExecutionPoint(api, args.node_name)
+    agent = Agent(config, watched, machines, live=live, metrics=metrics)
+    watched.on_change = agent.wake
+    watched.start()
+    if args.state_dir is not None:
+        agent.on_written = _StatusFile(args.state_dir).save
+    stop = threading.Event()
+
+    def on_signal(_signum: int, _frame: FrameType | None) -> None:
+        stop.set()
+        agent.wake()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    log.info("kondor-agent for node %s", args.node_name)
+    if args.oneshot:
+        agent.step()
+        return 0
+    agent.run(stop)
+    watched.stop()
+    log.info("stopped")
     return 0
 
 

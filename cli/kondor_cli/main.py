@@ -17,6 +17,7 @@ from typing import Any
 
 import yaml
 
+from kondor_cli import status
 from kondor_cli.files import (
     UserError,
     load_machine,
@@ -138,6 +139,8 @@ def build_parser() -> argparse.ArgumentParser:
     comp.add_argument("policy", type=Path, help="SlotPolicy manifest YAML")
     comp.add_argument("--output", "-o", choices=("yaml", "json"), default="yaml")
     comp.set_defaults(func=_compile)
+
+    status.add_parser(commands)
 
     for plugin in entry_points(group="kondor.commands"):
         plugin.load()(commands)

@@ -16,11 +16,6 @@ from types import FrameType
 from kondor_devcluster.build import BuildError
 from kondor_devcluster.cluster import ClusterSpec, DevCluster, DevClusterError, stop_detached
 
-NOT_YET = (
-    "{flag} is not available yet: the operator and the node agents join the dev cluster with "
-    "the operator/agent issue (issue 5). Start the cluster without {flag} for now."
-)
-
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add `dev-cluster` (with `up` and `down`) to the `kondor` command."""
@@ -56,12 +51,13 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     up.add_argument(
         "--operator",
         action="store_true",
-        help="run the Kondor operator too (arrives with issue 5; refused for now)",
+        help="run the Kondor operator too (as admin; log in STATE/logs/kondor-operator.log)",
     )
     up.add_argument(
         "--agents",
         action="store_true",
-        help="run one agent per simulated node (arrives with issue 5; refused for now)",
+        help="run one Kondor agent per simulated node, on its machine file "
+        "(log in STATE/logs/kondor-agent-NODE.log)",
     )
     up.add_argument(
         "--detach", action="store_true", help="return once ready; stop with `dev-cluster down`"
@@ -84,16 +80,14 @@ def _usage(parser: argparse.ArgumentParser) -> int:
 
 
 def up_command(args: argparse.Namespace) -> int:
-    for flag, wanted in (("--operator", args.operator), ("--agents", args.agents)):
-        if wanted:
-            print(f"error: {NOT_YET.format(flag=flag)}", file=sys.stderr)
-            return 2
     spec = ClusterSpec(
         port=args.port,
         kubeconfig=args.kubeconfig.absolute(),
         state_dir=args.state_dir.absolute(),
         nodes=tuple(path.absolute() for path in args.nodes),
         cache_dir=args.cache_dir,
+        operator=args.operator,
+        agents=args.agents,
     )
     cluster = DevCluster(spec)
     stop = threading.Event()

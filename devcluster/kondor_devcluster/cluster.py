@@ -25,7 +25,8 @@ from typing import Any, TextIO
 
 import httpx
 
-from kondor_devcluster import build, components, kubeconfig, nodes, pki, rbac
+from kondor_core.api.crds import all_crds
+from kondor_devcluster import build, components, kondor, kubeconfig, nodes, pki, rbac
 from kondor_devcluster.components import Layout, Ports
 
 FIELD_MANAGER = "kondor-devcluster"
@@ -55,6 +56,10 @@ class ClusterSpec:
     nodes: tuple[Path, ...] = ()
     cache_dir: Path | None = None
     ready_timeout: float = 120.0
+    #: Run the Kondor operator (`python -m kondor_operator.main`) as admin.
+    operator: bool = False
+    #: Run one Kondor agent per simulated node, on its machine file.
+    agents: bool = False
 
 
 @dataclass
@@ -63,6 +68,10 @@ class _Process:
     binary: Path
     popen: subprocess.Popen[bytes]
     log: Path
+    #: The cluster stops when an essential process dies; Kondor's own processes are not:
+    #: one that exits is reported, and the control plane keeps running.
+    essential: bool = True
+    reported: bool = False
 
 
 def free_port() -> int:
@@ -164,6 +173,8 @@ class DevCluster:
     _processes: list[_Process] = field(default_factory=list)
     _ports: Ports | None = None
     _nodes: list[dict[str, Any]] = field(default_factory=list)
+    #: Node name -> its machine file, for the agents.
+    _machine_files: dict[str, Path] = field(default_factory=dict)
 
     @property
     def layout(self) -> Layout:
@@ -208,7 +219,11 @@ class DevCluster:
         if not port_is_free(spec.port):
             raise DevClusterError(f"--port {spec.port}: 127.0.0.1:{spec.port} is already in use")
         # Parse the machine files before anything starts, so that a bad one costs nothing.
-        self._nodes = [nodes.node_manifest(nodes.load_machine(path)) for path in spec.nodes]
+        self._nodes = []
+        for path in spec.nodes:
+            manifest = nodes.node_manifest(nodes.load_machine(path))
+            self._nodes.append(manifest)
+            self._machine_files[manifest["metadata"]["name"]] = path
         bin_dir = build.ensure_built(spec.cache_dir, log=self.log)
         for directory in (layout.state_dir, layout.logs, layout.config):
             directory.mkdir(parents=True, exist_ok=True)
@@ -230,7 +245,17 @@ class DevCluster:
 
     def _spawn(self, name: str, bin_dir: Path) -> _Process:
         binary = bin_dir / name
-        args = _ARGS[name](binary, self.layout, self.ports)
+        return self._spawn_command(name, _ARGS[name](binary, self.layout, self.ports))
+
+    def _spawn_command(
+        self,
+        name: str,
+        args: Sequence[str],
+        *,
+        env: Mapping[str, str] | None = None,
+        essential: bool = True,
+    ) -> _Process:
+        binary = Path(args[0])
         log_path = self.layout.logs / f"{name}.log"
         with log_path.open("ab") as log_file:
             log_file.write(
@@ -245,8 +270,9 @@ class DevCluster:
                 cwd=self.layout.state_dir,
                 # Own session: Ctrl-C reaches `up`, which stops the components in order.
                 start_new_session=True,
+                env=None if env is None else {**os.environ, **env},
             )
-        process = _Process(name, binary, popen, log_path)
+        process = _Process(name, binary, popen, log_path, essential=essential)
         self._processes.append(process)
         self._write_pids()
         return process
@@ -342,6 +368,13 @@ class DevCluster:
                         )
                 names = [manifest["metadata"]["name"] for manifest in self._nodes]
                 self._wait_nodes_ready(api, controllers[-1], names, timeout)
+                if self.spec.operator or self.spec.agents:
+                    self._install_kondor(api, timeout)
+            if self.spec.operator:
+                self._start_operator()
+            if self.spec.agents:
+                for name in names:
+                    self._start_agent(name, self._machine_files[name])
         except BaseException:
             self.stop()
             raise
@@ -349,6 +382,68 @@ class DevCluster:
             f"dev cluster ready at {self.server} in {time.monotonic() - started:.1f}s "
             f"(kubeconfig {self.spec.kubeconfig}, state {self.spec.state_dir})"
         )
+
+    # -- Kondor ----------------------------------------------------------------------------
+
+    def _install_kondor(self, api: httpx.Client, timeout: float) -> None:
+        """Kondor's CRDs (generated from the models) and the kubeconfig its processes use."""
+        base = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
+        names = []
+        for crd in all_crds():
+            name = crd["metadata"]["name"]
+            self._apply(api, f"{base}/{name}", crd)
+            names.append(name)
+
+        def established() -> bool:
+            for name in names:
+                conditions = api.get(f"{base}/{name}").json().get("status", {}).get("conditions")
+                if not any(
+                    c["type"] == "Established" and c["status"] == "True" for c in conditions or []
+                ):
+                    return False
+            return True
+
+        apiserver = next(p for p in self._processes if p.name == "kube-apiserver")
+        self._wait_until(apiserver, "Established Kondor CRDs", established, timeout)
+        files = self.layout.pki
+        identity = kondor.KONDOR_IDENTITY
+        config = kubeconfig.kubeconfig(
+            self.server, files.ca_cert.read_bytes(), {identity: files.pair(identity)}, identity
+        )
+        kubeconfig.write_kubeconfig(kondor.kondor_kubeconfig(self.layout), config, force=True)
+
+    def _start_operator(self) -> None:
+        """The operator, if this build has one; a missing or failing one is reported, not fatal."""
+        why = kondor.operator_available()
+        if why is not None:
+            self._say(f"not starting the Kondor operator: {why}")
+            return
+        env = kondor.operator_env(self.layout, free_port(), free_port())
+        process = self._spawn_command(
+            kondor.OPERATOR, kondor.operator_args(self.layout), env=env, essential=False
+        )
+        # An operator that cannot run (not built yet, bad kubeconfig) exits at once: say so.
+        deadline = time.monotonic() + 3.0
+        while time.monotonic() < deadline and process.popen.poll() is None:
+            time.sleep(0.1)
+        code = process.popen.poll()
+        if code is not None:
+            process.reported = True
+            self._say(
+                f"the Kondor operator exited with {code} at start; running without it. "
+                f"Last lines of {process.log}:\n{_tail(process.log, 5)}"
+            )
+        else:
+            self._say(f"Kondor operator started (log {process.log})")
+
+    def _start_agent(self, node: str, machine: Path) -> None:
+        kondor.agent_state_dir(self.layout, node).mkdir(parents=True, exist_ok=True)
+        process = self._spawn_command(
+            kondor.agent_name(node),
+            kondor.agent_args(self.layout, node, machine),
+            essential=False,
+        )
+        self._say(f"Kondor agent for {node} started (log {process.log})")
 
     def _apply(self, api: httpx.Client, path: str, manifest: Mapping[str, Any]) -> None:
         response = api.patch(
@@ -411,6 +506,10 @@ class DevCluster:
         with self.admin_client() as api:
             self._apply_nodes(api, manifests)
             self._wait_nodes_ready(api, kwok, names, timeout)
+        if self.spec.agents:
+            for name, path in zip(names, paths, strict=True):
+                self._machine_files[name] = Path(path).absolute()
+                self._start_agent(name, self._machine_files[name])
         return names
 
     # -- run and stop --------------------------------------------------------------------
@@ -426,7 +525,20 @@ class DevCluster:
                 if not self.layout.pids.exists():
                     self._say("stopped by `kondor dev-cluster down`")
                     return 0
-                died = self.dead()
+                for process in self._processes:
+                    code = process.popen.poll()
+                    if code is None or process.essential or process.reported:
+                        continue
+                    process.reported = True
+                    self._say(
+                        f"{process.name} exited with {code}; the cluster keeps running. "
+                        f"Last lines of {process.log}:\n{_tail(process.log, 10)}"
+                    )
+                died = [
+                    (p.name, code)
+                    for p in self._processes
+                    if p.essential and (code := p.popen.poll()) is not None
+                ]
                 if died:
                     name, code = died[0]
                     log_path = self.layout.logs / f"{name}.log"

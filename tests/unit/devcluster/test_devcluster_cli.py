@@ -37,10 +37,16 @@ def test_up_takes_the_documented_options() -> None:
     assert args.func is cli.up_command
 
 
-@pytest.mark.parametrize("flag", ["--operator", "--agents"])
-def test_operator_and_agents_say_when_they_arrive(
-    flag: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+def test_operator_and_agents_flags_reach_the_cluster_spec(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    seen: list[object] = []
+
+    def fake_start(self: object) -> None:
+        seen.append(self)
+        raise cli.DevClusterError("stop here")
+
+    monkeypatch.setattr(cli.DevCluster, "start", fake_start)
     code = cli.main(
         [
             "dev-cluster",
@@ -51,11 +57,33 @@ def test_operator_and_agents_say_when_they_arrive(
             str(tmp_path / "k"),
             "--state-dir",
             str(tmp_path),
-            flag,
+            "--operator",
+            "--agents",
         ]
     )
-    assert code == 2
-    assert "issue 5" in capsys.readouterr().err
+    assert code == 1
+    spec = seen[0].spec  # type: ignore[attr-defined]
+    assert (spec.operator, spec.agents) == (True, True)
+
+
+def test_agent_command_line_runs_the_node_on_its_machine_file(tmp_path: Path) -> None:
+    from kondor_devcluster import kondor
+    from kondor_devcluster.components import Layout
+
+    layout = Layout(tmp_path)
+    args = kondor.agent_args(layout, "kwok-small-0", Path("/m/kwok-small.yaml"), python="py")
+    assert args[:3] == ["py", "-m", "kondor_agent.main"]
+    assert args[args.index("--node-name") + 1] == "kwok-small-0"
+    assert args[args.index("--machine") + 1] == "/m/kwok-small.yaml"
+    assert args[args.index("--kubeconfig") + 1] == str(kondor.kondor_kubeconfig(layout))
+    assert args[args.index("--state-dir") + 1] == str(tmp_path / "agents" / "kwok-small-0")
+    assert kondor.operator_args(layout, "py") == [
+        "py",
+        "-m",
+        "kondor_operator.main",
+        "--kubeconfig",
+        str(kondor.kondor_kubeconfig(layout)),
+    ]
 
 
 def test_down_without_a_running_cluster_says_so(

@@ -1,0 +1,200 @@
+"""The agent's only door to the API server: read its ExecutionPoint and SlotPolicy, patch the
+ExecutionPoint's status. The loop takes any object with these methods, so tests use a fake."""
+
+from __future__ import annotations
+
+import copy
+import logging
+import threading
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any, Protocol, cast
+
+from kubernetes import client, config, watch
+from kubernetes.client.exceptions import ApiException
+
+from kondor_core.api import GROUP, VERSION
+
+log = logging.getLogger("kondor_agent")
+
+EXECUTION_POINTS = "executionpoints"
+SLOT_POLICIES = "slotpolicies"
+#: Merge patches (RFC 7386): a map is patched key by key, so `status.operator` stays untouched.
+MERGE_PATCH = "application/merge-patch+json"
+
+
+class NotFoundError(LookupError):
+    """The object does not exist (yet)."""
+
+
+class WriteError(RuntimeError):
+    """The API server refused or failed a write; the message says why."""
+
+
+class ExecutionPointAPI(Protocol):
+    def read_execution_point(self, name: str) -> dict[str, Any] | None: ...
+
+    def read_slot_policy(self, name: str) -> dict[str, Any] | None: ...
+
+    def patch_status(self, name: str, patch: Mapping[str, Any]) -> None:
+        """Merge-patch the status subresource; raise NotFoundError or WriteError."""
+
+
+class KubernetesAPI:
+    """ExecutionPointAPI over the `kubernetes` client."""
+
+    def __init__(self, api_client: client.ApiClient) -> None:
+        self.api_client = api_client
+        self.objects = client.CustomObjectsApi(api_client)
+
+    @classmethod
+    def connect(cls, kubeconfig: Path | None = None, context: str | None = None) -> KubernetesAPI:
+        """In a pod, its ServiceAccount; elsewhere a kubeconfig as kubectl finds it
+        (`--kubeconfig`, else $KUBECONFIG, else ~/.kube/config) and `--context`."""
+        if kubeconfig is None and context is None:
+            try:
+                config.load_incluster_config()  # type: ignore[no-untyped-call]
+                return cls(client.ApiClient())
+            except config.ConfigException:
+                pass
+        api_client = config.new_client_from_config(  # type: ignore[no-untyped-call]
+            config_file=str(kubeconfig) if kubeconfig is not None else None, context=context
+        )
+        return cls(cast("client.ApiClient", api_client))
+
+    def _get(self, plural: str, name: str) -> dict[str, Any] | None:
+        try:
+            found = self.objects.get_cluster_custom_object(GROUP, VERSION, plural, name)
+        except ApiException as error:
+            if error.status == 404:
+                return None
+            raise
+        return dict(cast("Mapping[str, Any]", found))
+
+    def read_execution_point(self, name: str) -> dict[str, Any] | None:
+        return self._get(EXECUTION_POINTS, name)
+
+    def read_slot_policy(self, name: str) -> dict[str, Any] | None:
+        return self._get(SLOT_POLICIES, name)
+
+    def read_node(self, name: str) -> dict[str, Any] | None:
+        """The Node (labels and allocatable feed host detection), as plain JSON."""
+        try:
+            node = client.CoreV1Api(self.api_client).read_node(name)
+        except ApiException as error:
+            if error.status == 404:
+                return None
+            raise
+        plain = self.api_client.sanitize_for_serialization(node)  # type: ignore[no-untyped-call]
+        return dict(cast("Mapping[str, Any]", plain))
+
+    def patch_status(self, name: str, patch: Mapping[str, Any]) -> None:
+        try:
+            self.objects.patch_cluster_custom_object_status(
+                GROUP, VERSION, EXECUTION_POINTS, name, dict(patch), _content_type=MERGE_PATCH
+            )
+        except ApiException as error:
+            if error.status == 404:
+                raise NotFoundError(f"executionpoint {name} does not exist") from None
+            raise WriteError(f"{error.status} {error.reason}: {error.body}") from None
+
+
+class WatchedExecutionPoint:
+    """An ExecutionPointAPI whose reads of one ExecutionPoint come from a watch, so an idle
+    agent reads nothing from the API server between changes (the informer pattern, for one
+    object). Until the watch has listed the object, reads go to the API server.
+
+    `on_change` is called (from the watch thread) when the object's spec or its existence
+    changes, not for status writes, so that the agent acts on a new policy at once.
+    """
+
+    def __init__(
+        self,
+        api: KubernetesAPI,
+        name: str,
+        on_change: Callable[[], None] | None = None,
+        *,
+        timeout_seconds: int = 300,
+    ) -> None:
+        self.api = api
+        self.name = name
+        self.on_change = on_change
+        self.timeout_seconds = timeout_seconds
+        self.synced = False
+        self._cached: dict[str, Any] | None = None
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=f"watch-{name}", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def read_execution_point(self, name: str) -> dict[str, Any] | None:
+        if name == self.name and self.synced:
+            cached = self._cached
+            return copy.deepcopy(cached) if cached is not None else None
+        return self.api.read_execution_point(name)
+
+    def read_slot_policy(self, name: str) -> dict[str, Any] | None:
+        return self.api.read_slot_policy(name)
+
+    def read_node(self, name: str) -> dict[str, Any] | None:
+        return self.api.read_node(name)
+
+    def patch_status(self, name: str, patch: Mapping[str, Any]) -> None:
+        self.api.patch_status(name, patch)
+
+    def _set(self, found: Mapping[str, Any] | None) -> None:
+        before = self._cached
+        self._cached = dict(found) if found is not None else None
+        if _spec_of(before) != _spec_of(self._cached) and self.on_change is not None:
+            self.on_change()
+
+    def _run(self) -> None:
+        selector = f"metadata.name={self.name}"
+        objects = self.api.objects
+        backoff = 1.0
+        while not self._stop.is_set():
+            try:
+                listing = cast(
+                    "Mapping[str, Any]",
+                    objects.list_cluster_custom_object(
+                        GROUP, VERSION, EXECUTION_POINTS, field_selector=selector
+                    ),
+                )
+                items = listing.get("items") or []
+                self._set(items[0] if items else None)
+                self.synced = True
+                version = str((listing.get("metadata") or {}).get("resourceVersion") or "")
+                stream = watch.Watch()  # type: ignore[no-untyped-call]
+                for event in stream.stream(  # type: ignore[no-untyped-call]
+                    objects.list_cluster_custom_object,
+                    GROUP,
+                    VERSION,
+                    EXECUTION_POINTS,
+                    field_selector=selector,
+                    resource_version=version,
+                    timeout_seconds=self.timeout_seconds,
+                ):
+                    if self._stop.is_set():
+                        stream.stop()  # type: ignore[no-untyped-call]
+                        break
+                    kind, found = event.get("type"), event.get("object")
+                    if kind in ("ADDED", "MODIFIED") and isinstance(found, Mapping):
+                        self._set(found)
+                    elif kind == "DELETED":
+                        self._set(None)
+                backoff = 1.0
+            except Exception as err:  # a dropped or expired watch: list and watch again
+                self.synced = False
+                log.info("watch of executionpoint %s ended (%s); listing again", self.name, err)
+                self._stop.wait(backoff)
+                backoff = min(backoff * 2, 30.0)
+
+
+def _spec_of(found: Mapping[str, Any] | None) -> Any:
+    if found is None:
+        return None
+    return (found.get("spec"), (found.get("metadata") or {}).get("generation"))

@@ -1,0 +1,370 @@
+"""The agent's loop: detect → read the ExecutionPoint and its SlotPolicy → carve → evaluate →
+act → report, one polling interval at a time.
+
+Everything that decides is pure (`kondor_agent.startd`, `kondor_agent.report`, the core);
+this module gathers the inputs through injected objects (the API, the machine source, the
+live facts, the clock) and applies the results, so tests drive it with fakes and fake time.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from pydantic import ValidationError
+
+from kondor_agent import startd as startd_mod
+from kondor_agent.kube import ExecutionPointAPI, NotFoundError, WriteError
+from kondor_agent.metrics import AgentMetrics
+from kondor_agent.report import Coalescer
+from kondor_core.api import (
+    InvalidObjectError,
+    Machine,
+    ResolvedPolicy,
+    SlotPolicy,
+    describe_errors,
+    validate,
+)
+from kondor_core.api.base import Condition
+from kondor_core.api.executionpoint import ExecutionPointSpec, ExecutionPointStatus
+from kondor_core.config import PolicyError
+from kondor_core.policy import PolicyError as EngineError
+from kondor_core.slots import LayoutError
+
+log = logging.getLogger("kondor_agent")
+
+Fact = Any
+LiveFacts = Callable[[float], Mapping[str, Fact]]
+READY = "Ready"
+
+
+def no_live_facts(_now: float) -> Mapping[str, Fact]:
+    """A simulated node's live facts: none beyond its machine file (the engine computes
+    ClockMin and ClockDay from the time itself)."""
+    return {}
+
+
+@dataclass(frozen=True)
+class AgentConfig:
+    node_name: str
+    #: Seconds between policy evaluations; None: the policy's POLLING_INTERVAL.
+    polling_interval: float | None = None
+    #: Seconds between heartbeat writes; None: the policy's UPDATE_INTERVAL.
+    update_interval: float | None = None
+    #: A change is written this long after it is seen, with whatever else changed meanwhile.
+    debounce: float = 0.5
+
+
+def rfc3339(now: float) -> str:
+    return datetime.fromtimestamp(now, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def set_condition(previous: Sequence[Condition], new: Condition, now: float) -> list[Condition]:
+    """`previous` with `new` in place of its type, lastTransitionTime kept unless the status
+    changed (metav1.Condition's rule)."""
+    old = next((c for c in previous if c.type == new.type), None)
+    stamp = old.last_transition_time if old is not None and old.status == new.status else None
+    updated = new.model_copy(update={"last_transition_time": stamp or rfc3339(now)})
+    return [*(c for c in previous if c.type != new.type), updated]
+
+
+class Agent:
+    """One node's agent. `step()` runs what is due and returns when to call it next."""
+
+    def __init__(
+        self,
+        config: AgentConfig,
+        api: ExecutionPointAPI,
+        machines: Callable[[], Machine],
+        *,
+        live: LiveFacts = no_live_facts,
+        clock: Callable[[], float] = time.time,
+        metrics: AgentMetrics | None = None,
+    ) -> None:
+        self.config = config
+        self.api = api
+        self.machines = machines
+        self.live = live
+        self.clock = clock
+        self.metrics = metrics or AgentMetrics()
+        self.startd: startd_mod.Startd | None = None
+        self.coalescer = Coalescer(debounce=config.debounce)
+        self.conditions: list[Condition] = []
+        self._published: ExecutionPointStatus | None = None
+        self._started = False
+        self._policy_ref: ResolvedPolicy | None = None
+        self._policy: SlotPolicy | None = None
+        self._next_tick: float | None = None
+        self._waiting_for_ep = False
+        #: Called with the whole status after each successful write.
+        self.on_written: Callable[[Mapping[str, Any]], None] | None = None
+        self._wakeup = threading.Event()
+        self._woken = False
+        self._degraded = False
+
+    @property
+    def name(self) -> str:
+        return self.config.node_name
+
+    # -- one step ----------------------------------------------------------------------------
+
+    def step(self) -> float:
+        """Evaluate if a polling tick is due, write if a write is due; the next wake time."""
+        now = self.clock()
+        if self._woken or self._next_tick is None or now >= self._next_tick:
+            self._woken = False  # before the tick: a wake during it asks for another one
+            self._tick(now)
+            self._next_tick = now + self._polling_interval()
+        if self.coalescer.due(now):
+            self._write(now)
+        wake = self._next_tick
+        due = self.coalescer.next_due()
+        return wake if due is None else min(wake, max(due, now))
+
+    def wake(self) -> None:
+        """Evaluate now rather than at the next polling tick: the ExecutionPoint changed (a
+        new policy, say). Safe to call from another thread."""
+        self._woken = True
+        self._wakeup.set()
+
+    def run(self, stop: threading.Event) -> None:
+        """Step until `stop` is set (SIGTERM, Ctrl-C; call `wake()` after setting it)."""
+        while not stop.is_set():
+            wake = self.step()
+            self._wakeup.wait(max(0.0, wake - self.clock()))
+            self._wakeup.clear()
+
+    def _polling_interval(self) -> float:
+        if self.config.polling_interval is not None:
+            return self.config.polling_interval
+        return self.startd.polling_interval if self.startd is not None else 5.0
+
+    def _update_interval(self) -> float:
+        if self.config.update_interval is not None:
+            return self.config.update_interval
+        return self.startd.update_interval if self.startd is not None else 300.0
+
+    # -- the cycle ---------------------------------------------------------------------------
+
+    def _tick(self, now: float) -> None:
+        self._degraded = False
+        try:
+            machine = self.machines()
+        except Exception as err:  # a bad machine file, a failed detection: said in Ready
+            self._condition(now, "False", "MachineUnknown", f"cannot describe the machine: {err}")
+            self._observe_nothing(now)
+            return
+        try:
+            ep = self.api.read_execution_point(self.name)
+        except Exception as err:  # a read that fails is retried at the next tick
+            log.warning("cannot read executionpoint %s: %s", self.name, err)
+            return
+        if ep is None:
+            if not self._waiting_for_ep:
+                log.info(
+                    "executionpoint %s does not exist yet; waiting for the operator", self.name
+                )
+            self._waiting_for_ep = True
+            return
+        self._waiting_for_ep = False
+        if not self._started:
+            self._restart_from(ep.get("status"))
+        spec = self._spec(ep)
+        if spec is None:
+            return
+        if spec.policy is None:
+            self.startd = None
+            self._condition(now, "False", "NoPolicy", "no SlotPolicy selects this node")
+            self._observe_nothing(now)
+            return
+        self._load_policy(spec.policy, now)
+        if self._policy is None:
+            self._observe_nothing(now)
+            return
+        self._carve(machine, self._policy, now)
+        if self.startd is None:
+            self._observe_nothing(now)
+            return
+        live = self.live(now)
+        self.coalescer.volatile = self.coalescer.volatile | frozenset(live)
+        started = time.perf_counter()
+        result = startd_mod.tick(self.startd, live, now)
+        self.metrics.evaluation.observe(time.perf_counter() - started)
+        self.startd = result.startd
+        for transition in result.transitions:
+            log.info(
+                "%s: %s/%s -> %s/%s (%s)",
+                transition.slot,
+                transition.from_state,
+                transition.from_activity,
+                transition.state,
+                transition.activity,
+                transition.reason,
+            )
+        if result.actions:
+            # Carrying these out needs a job launcher, which this agent does not have yet.
+            for action in result.actions:
+                log.warning("not carried out (no launcher yet): %s", action.as_dict())
+            self.metrics.not_carried_out(result.actions)
+        if not self._degraded:
+            self._condition(
+                now, "True", "SlotsPublished", f"slots carved with SlotPolicy {spec.policy.name}"
+            )
+        status = startd_mod.status(self.startd, live, now, conditions=self.conditions)
+        self.metrics.set_slots((slot.state, slot.activity) for slot in status.slots)
+        self._observe_status(now, status)
+
+    def _restart_from(self, raw: Any) -> None:
+        """A (re)started agent takes back what it last published."""
+        self._started = True
+        if not isinstance(raw, Mapping):
+            return
+        self.coalescer.start_from(raw)
+        try:
+            self._published = ExecutionPointStatus.model_validate(dict(raw))
+        except ValidationError as err:
+            log.warning("ignoring the published status: %s", "; ".join(describe_errors(err)))
+            return
+        self.conditions = list(self._published.conditions)
+        if self._published.slots:
+            log.info("restarting from %d published slots", len(self._published.slots))
+
+    def _spec(self, ep: Mapping[str, Any]) -> ExecutionPointSpec | None:
+        try:
+            return ExecutionPointSpec.model_validate(ep.get("spec") or {})
+        except ValidationError as err:
+            log.error("executionpoint %s: bad spec: %s", self.name, "; ".join(describe_errors(err)))
+            return None
+
+    def _load_policy(self, ref: ResolvedPolicy, now: float) -> None:
+        """Read the SlotPolicy when the ExecutionPoint names another one or a newer generation."""
+        if ref == self._policy_ref and self._policy is not None:
+            return
+        try:
+            raw = self.api.read_slot_policy(ref.name)
+        except Exception as err:
+            log.warning("cannot read slotpolicy %s: %s", ref.name, err)
+            return
+        if raw is None:
+            self._condition(now, "False", "PolicyNotFound", f"SlotPolicy {ref.name} not found")
+            self._policy = None
+            self.startd = None
+            return
+        try:
+            policy = validate(SlotPolicy, _manifest(raw), what=f"slotpolicy {ref.name}")
+        except InvalidObjectError as err:
+            self._condition(now, "False", "PolicyInvalid", str(err))
+            return
+        assert isinstance(policy, SlotPolicy)
+        generation = int(raw.get("metadata", {}).get("generation") or 0)
+        if generation < ref.generation:
+            return  # the API server has not caught up with the operator yet: next tick
+        self._policy, self._policy_ref = policy, ref
+
+    def _carve(self, machine: Machine, policy: SlotPolicy, now: float) -> None:
+        ref = self._policy_ref
+        assert ref is not None
+        current = self.startd
+        if (
+            current is not None
+            and current.machine == machine
+            and current.spec == policy.spec
+            and current.applied.name == ref.name
+            and current.applied.generation == ref.generation
+        ):
+            return
+        try:
+            self.startd = startd_mod.start(
+                machine,
+                policy.spec,
+                ref,
+                now,
+                previous=current,
+                published=self._published if current is None else None,
+            )
+        except (PolicyError, LayoutError, EngineError) as err:
+            # As a startd keeps its configuration when a reconfig fails, the slots stay.
+            kept = "" if current is None else "; the slots stay as they were"
+            message = f"SlotPolicy {ref.name} does not fit this machine: {err}{kept}"
+            self._condition(now, "False", "PolicyInvalid", message)
+            return
+        if ref.hash and ref.hash != self.startd.compiled_hash:
+            log.warning(
+                "slotpolicy %s compiles to %s here, the operator's hash is %s",
+                ref.name,
+                self.startd.compiled_hash,
+                ref.hash,
+            )
+        for warning in self.startd.warnings:
+            log.warning("slotpolicy %s: %s", ref.name, warning)
+        what = "carved" if current is None else "re-carved"
+        log.info(
+            "%s %d slots with slotpolicy %s generation %d",
+            what,
+            len(self.startd.state.slots),
+            ref.name,
+            ref.generation,
+        )
+
+    def _condition(self, now: float, status: str, reason: str, message: str) -> None:
+        """Set the Ready condition; log it when it changes (not on every tick)."""
+        self._degraded = self._degraded or status != "True"
+        old = next((c for c in self.conditions if c.type == READY), None)
+        if old is None or (old.status, old.reason, old.message) != (status, reason, message):
+            log.log(logging.INFO if status == "True" else logging.ERROR, "%s: %s", reason, message)
+        self.conditions = set_condition(
+            self.conditions,
+            Condition(type=READY, status=status, reason=reason, message=message),
+            now,
+        )
+
+    def _observe_nothing(self, now: float) -> None:
+        """Publish no slots (nothing carved), with the conditions that say why."""
+        status = ExecutionPointStatus(conditions=self.conditions)
+        self.metrics.set_slots(())
+        self._observe_status(now, status)
+
+    def _observe_status(self, now: float, status: ExecutionPointStatus) -> None:
+        document = status.dump()
+        document.pop("operator", None)  # the operator's subtree: never written here
+        self.coalescer.update_interval = self._update_interval()
+        self.coalescer.observe(document, now)
+
+    # -- report ------------------------------------------------------------------------------
+
+    def _write(self, now: float) -> None:
+        patch = self.coalescer.patch(rfc3339(now))
+        try:
+            self.api.patch_status(self.name, patch)
+        except NotFoundError:
+            self.metrics.api_writes.labels("not-found").inc()
+            log.warning("executionpoint %s is gone; waiting for it again", self.name)
+            self.coalescer.failed(now)
+            self._started = False
+            self.coalescer.published = None
+            return
+        except (WriteError, OSError, Exception) as err:
+            self.metrics.api_writes.labels("error").inc()
+            log.warning("writing the status of executionpoint %s failed: %s", self.name, err)
+            self.coalescer.failed(now)
+            return
+        self.metrics.api_writes.labels("ok").inc()
+        self.coalescer.written(patch, now)
+        if self.on_written is not None and self.coalescer.published is not None:
+            self.on_written(self.coalescer.published)
+
+
+def _manifest(raw: Mapping[str, Any]) -> dict[str, Any]:
+    """A SlotPolicy object as read from the API server, reduced to what the model knows."""
+    metadata = raw.get("metadata") or {}
+    return {
+        "apiVersion": raw.get("apiVersion"),
+        "kind": raw.get("kind"),
+        "metadata": {"name": metadata.get("name")},
+        "spec": raw.get("spec") or {},
+    }

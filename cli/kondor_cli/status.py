@@ -1,0 +1,279 @@
+"""`kubectl kondor status`: condor_status over the ExecutionPoints' slot ads.
+
+    kubectl kondor status [NODE] [-l|--long] [-af ATTR ...] [-constraint EXPR]
+
+The default output is condor_status's: one line per slot (Name, OpSys, Arch, State, Activity,
+LoadAv, Mem, ActvtyTime), then the totals by Arch/OpSys and state. `-long` prints whole ads
+in ClassAd form, `-af` the values of the named attributes (or expressions), `-constraint`
+keeps the ads for which the expression is TRUE, evaluated by classad2 with MY = the slot ad,
+as condor_status does. The cluster is reached as kubectl reaches it: `--kubeconfig`, else
+$KUBECONFIG, else ~/.kube/config, and `--context`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any, cast
+
+import classad2
+
+from kondor_cli.files import UserError
+from kondor_cli.render import table
+from kondor_core.api import GROUP, VERSION
+from kondor_core.classads import ExpressionError, parse_expr
+from kondor_core.slots import SlotAd
+
+#: condor_status's default columns.
+HEADERS = ("Name", "OpSys", "Arch", "State", "Activity", "LoadAv", "Mem", "ActvtyTime")
+#: The states counted in condor_status's summary, in its order (Drained shows as Drain).
+SUMMARY = ("Owner", "Claimed", "Unclaimed", "Matched", "Preempting", "Backfill", "Drained")
+
+
+def slot_ads(execution_points: Iterable[Mapping[str, Any]]) -> list[SlotAd]:
+    """Every slot ad of `execution_points`, ordered by machine and then as the agent listed
+    them (condor_status order within a machine)."""
+    ads: list[SlotAd] = []
+    ordered = sorted(execution_points, key=lambda ep: str(ep.get("metadata", {}).get("name")))
+    for ep in ordered:
+        for slot in (ep.get("status") or {}).get("slots") or []:
+            attributes = dict(slot.get("ad") or {})
+            name = str(attributes.get("Name") or slot.get("name") or "")
+            expressions = frozenset(slot.get("expressions") or ())
+            ads.append(SlotAd(name, attributes, expressions & set(attributes)))
+    return ads
+
+
+def classad(ad: SlotAd) -> Any:
+    """The slot ad as a classad2.ClassAd built from fresh expression trees (the core's parse
+    cache shares trees between ads, and a tree remembers the scopes it was evaluated in)."""
+    values: dict[str, Any] = {}
+    for key, value in ad.attributes.items():
+        if key in ad.expressions and isinstance(value, str):
+            try:
+                values[key] = classad2.ExprTree(value)
+            except classad2.ClassAdException:
+                values[key] = value  # shown as the string it is, rather than dropped
+        elif isinstance(value, dict):
+            values[key] = classad2.ClassAd(value)
+        else:
+            values[key] = value
+    return classad2.ClassAd(values)
+
+
+def _evaluate(tree: Any, ad: Any) -> Any:
+    """`tree` with MY = the slot ad and an empty TARGET, as condor_status evaluates: `MY.x`
+    resolves, and `TARGET.x` is UNDEFINED."""
+    return tree.eval(ad, _NO_TARGET)
+
+
+_NO_TARGET = classad2.ClassAd()
+
+
+def select(ads: Sequence[SlotAd], node: str | None, constraint: str | None) -> list[SlotAd]:
+    """The ads of `node` (a machine or a slot name) for which `constraint` is TRUE."""
+    tree = None
+    if constraint is not None:
+        try:
+            tree = parse_expr(constraint, field="-constraint")
+        except ExpressionError as err:
+            raise UserError(
+                f"-constraint {constraint!r} is not a ClassAd expression: {err.reason}"
+            ) from None
+    out: list[SlotAd] = []
+    for ad in ads:
+        if node is not None and node not in (ad.name, ad.attributes.get("Machine")):
+            continue
+        if tree is not None and _evaluate(tree, classad(ad)) is not True:
+            continue
+        out.append(ad)
+    return out
+
+
+def activity_time(seconds: float) -> str:
+    """condor_status's ActvtyTime: days+hours:minutes:seconds."""
+    seconds = max(0, int(seconds))
+    days, rest = divmod(seconds, 86400)
+    hours, rest = divmod(rest, 3600)
+    minutes, secs = divmod(rest, 60)
+    return f"{days}+{hours:02d}:{minutes:02d}:{secs:02d}"
+
+
+def _load(value: Any) -> str:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return "0.000"
+    return f"{value:.3f}"
+
+
+def _text(value: Any) -> str:
+    return "?" if value is None else str(value)
+
+
+def default_table(ads: Sequence[SlotAd], now: float) -> str:
+    """condor_status's default output: the slot table, then the totals."""
+    rows = []
+    for ad in ads:
+        a = ad.attributes
+        entered = a.get("EnteredCurrentActivity")
+        rows.append(
+            [
+                ad.name,
+                _text(a.get("OpSys")),
+                _text(a.get("Arch")),
+                _text(a.get("State")),
+                _text(a.get("Activity")),
+                _load(a.get("LoadAvg")),
+                _text(a.get("Memory")),
+                activity_time(now - entered) if isinstance(entered, int | float) else "?",
+            ]
+        )
+    return table(HEADERS, rows) + "\n\n" + totals(ads)
+
+
+def totals(ads: Sequence[SlotAd]) -> str:
+    """condor_status's summary: slots by Arch/OpSys and state, then the grand total."""
+    groups: dict[str, list[SlotAd]] = {}
+    for ad in ads:
+        key = f"{_text(ad.attributes.get('Arch'))}/{_text(ad.attributes.get('OpSys'))}"
+        groups.setdefault(key, []).append(ad)
+
+    def counts(label: str, members: Sequence[SlotAd]) -> list[Any]:
+        states = [m.attributes.get("State") for m in members]
+        return [label, len(members), *(states.count(state) for state in SUMMARY)]
+
+    headers = ("", "Total", *("Drain" if s == "Drained" else s for s in SUMMARY))
+    rows = [counts(key, members) for key, members in sorted(groups.items())]
+    rows.append(counts("Total", ads))
+    widths = [max(len(str(row[i])) for row in [headers, *rows]) for i in range(len(headers))]
+
+    def line(row: Sequence[Any]) -> str:
+        return "  ".join(str(cell).rjust(width) for cell, width in zip(row, widths, strict=True))
+
+    body = [line(row) for row in rows]
+    return "\n\n".join([line(headers), "\n".join(body[:-1]), body[-1]]).rstrip() + "\n"
+
+
+def long_form(ads: Sequence[SlotAd]) -> str:
+    """Each ad in ClassAd form (`attr = value` lines, by attribute name), a blank line after
+    each, as `condor_status -long` prints them."""
+    out = []
+    for ad in ads:
+        lines = classad(ad).printOld().strip("\n").splitlines()
+        out.append("\n".join(sorted(lines, key=str.lower)) + "\n\n")
+    return "".join(out)
+
+
+def autoformat(ads: Sequence[SlotAd], attributes: Sequence[str]) -> str:
+    """`-af`: each ad's values of `attributes` (names or expressions), space separated;
+    strings unquoted, a missing attribute as `undefined`."""
+    trees = []
+    for text in attributes:
+        try:
+            trees.append(parse_expr(text, field="-af"))
+        except ExpressionError as err:
+            raise UserError(f"-af {text!r} is not a ClassAd expression: {err.reason}") from None
+    lines = []
+    for ad in ads:
+        built = classad(ad)
+        lines.append(" ".join(_shown(_evaluate(tree, built)) for tree in trees))
+    return "".join(line + "\n" for line in lines)
+
+
+def _shown(value: Any) -> str:
+    if value is classad2.Value.Undefined:
+        return "undefined"
+    if value is classad2.Value.Error:
+        return "error"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float):
+        return repr(value)
+    if isinstance(value, classad2.ClassAd):
+        return str(value.printJson()).replace("\n", " ")
+    if isinstance(value, list):
+        return "{" + ",".join(_shown(item) for item in value) + "}"
+    return str(value)
+
+
+# ------------------------------------------------------------------------------- the command
+
+Fetch = Callable[[argparse.Namespace], list[dict[str, Any]]]
+
+
+def fetch_execution_points(args: argparse.Namespace) -> list[dict[str, Any]]:
+    """The ExecutionPoints, read as kubectl would with `--kubeconfig` / $KUBECONFIG and
+    `--context`."""
+    from kubernetes import client, config  # noqa: PLC0415 - only this command needs it
+    from kubernetes.client.exceptions import ApiException  # noqa: PLC0415
+    from kubernetes.config.config_exception import ConfigException  # noqa: PLC0415
+
+    path = str(args.kubeconfig) if args.kubeconfig else os.environ.get("KUBECONFIG")
+    try:
+        api_client = config.new_client_from_config(  # type: ignore[no-untyped-call]
+            config_file=path or os.path.expanduser("~/.kube/config"), context=args.context
+        )
+    except (ConfigException, OSError) as err:
+        raise UserError(f"cannot load the kubeconfig: {err}") from None
+    objects = client.CustomObjectsApi(api_client)
+    try:
+        listing = objects.list_cluster_custom_object(GROUP, VERSION, "executionpoints")
+    except ApiException as err:
+        raise UserError(f"cannot list executionpoints: {err.status} {err.reason}") from None
+    except OSError as err:
+        raise UserError(f"cannot reach the API server: {err}") from None
+    items = cast("Mapping[str, Any]", listing).get("items") or []
+    return [dict(item) for item in items]
+
+
+def run(
+    args: argparse.Namespace,
+    *,
+    fetch: Fetch = fetch_execution_points,
+    clock: Callable[[], float] = time.time,
+) -> int:
+    ads = select(slot_ads(fetch(args)), args.node, args.constraint)
+    if args.node is not None and not ads and args.constraint is None:
+        raise UserError(f"no execution point or slot named {args.node!r}")
+    if args.long:
+        print(long_form(ads), end="")
+    elif args.autoformat:
+        print(autoformat(ads, args.autoformat), end="")
+    elif ads:
+        print(default_table(ads, clock()), end="")
+    return 0
+
+
+def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Add `status` to the `kondor` (and `kubectl kondor`) command."""
+    parser = commands.add_parser(
+        "status",
+        help="condor_status: the slots of the ExecutionPoints",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("node", nargs="?", metavar="NODE", help="a node or a slot name")
+    parser.add_argument(
+        "-l", "-long", "--long", dest="long", action="store_true", help="print whole ads"
+    )
+    parser.add_argument(
+        "-af",
+        "-autoformat",
+        "--autoformat",
+        dest="autoformat",
+        nargs="+",
+        metavar="ATTR",
+        help="print these attributes (or expressions) of each ad",
+    )
+    parser.add_argument(
+        "-constraint",
+        "--constraint",
+        dest="constraint",
+        metavar="EXPR",
+        help="only ads for which this ClassAd expression is TRUE",
+    )
+    parser.add_argument("--kubeconfig", type=Path, help="default $KUBECONFIG, ~/.kube/config")
+    parser.add_argument("--context", help="the kubeconfig context to use")
+    parser.set_defaults(func=run)

@@ -1,0 +1,75 @@
+"""Kondor's own processes in a dev cluster: the operator and one agent per simulated node.
+
+Command lines are pure functions of paths, so tests check them without starting anything.
+Both run as the cluster's `admin` identity, from a kubeconfig of their own in `config/`.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+from kondor_devcluster.components import Layout
+
+#: The kubeconfig the operator and the agents use (admin identity, one context).
+KONDOR_IDENTITY = "admin"
+OPERATOR = "kondor-operator"
+
+
+def agent_name(node: str) -> str:
+    """The component name of the agent for `node` (its log is logs/<name>.log)."""
+    return f"kondor-agent-{node}"
+
+
+def kondor_kubeconfig(layout: Layout) -> Path:
+    return layout.component_kubeconfig("kondor")
+
+
+def agent_state_dir(layout: Layout, node: str) -> Path:
+    return layout.state_dir / "agents" / node
+
+
+def operator_available() -> str | None:
+    """None when `kondor_operator.main` can be run; otherwise why not."""
+    try:
+        found = importlib.util.find_spec("kondor_operator.main")
+    except (ImportError, ValueError) as error:
+        return f"kondor_operator cannot be imported ({error})"
+    if found is None:
+        return "kondor_operator is not installed"
+    return None
+
+
+def operator_args(layout: Layout, python: str = sys.executable) -> list[str]:
+    """`python -m kondor_operator.main --kubeconfig ...` (its other settings come from the
+    environment: `operator_env`)."""
+    return [python, "-m", "kondor_operator.main", "--kubeconfig", str(kondor_kubeconfig(layout))]
+
+
+def operator_env(layout: Layout, metrics_port: int, webhook_port: int) -> dict[str, str]:
+    """The operator's settings as its KONDOR_* variables: ports of this cluster's own, so that
+    two dev clusters run side by side; KUBECONFIG for any client that reads only that."""
+    return {
+        "KUBECONFIG": str(kondor_kubeconfig(layout)),
+        "KONDOR_METRICS_PORT": str(metrics_port),
+        "KONDOR_METRICS_ADDR": "127.0.0.1",
+        "KONDOR_WEBHOOK_PORT": str(webhook_port),
+    }
+
+
+def agent_args(layout: Layout, node: str, machine: Path, python: str = sys.executable) -> list[str]:
+    """One simulated node's agent: the machine file instead of detection."""
+    return [
+        python,
+        "-m",
+        "kondor_agent.main",
+        "--node-name",
+        node,
+        "--machine",
+        str(machine),
+        "--kubeconfig",
+        str(kondor_kubeconfig(layout)),
+        "--state-dir",
+        str(agent_state_dir(layout, node)),
+    ]
