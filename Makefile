@@ -64,12 +64,19 @@ controlplane: venv ## Build kube-apiserver, etcd, controller manager, scheduler 
 dev-cluster: controlplane ## Run a dev cluster in the foreground (KUBECONFIG=.devcluster/kubeconfig)
 	$(BIN)/kondor dev-cluster up --port 16443 --kubeconfig .devcluster/kubeconfig \
 	    --state-dir .devcluster/state \
-	    --nodes examples/machines/kwok-small.yaml examples/machines/kwok-gpu.yaml
+	    --nodes examples/machines/kwok-small.yaml examples/machines/kwok-gpu.yaml \
+	    --operator --agents
 .PHONY: controlplane dev-cluster
 
 ##@ Demo
-demo: venv ## Show the slots the GPU example policy gives a node, and where two jobs land
+demo: controlplane ## The demo: dev cluster with operator and agents, 3 nodes, SlotPolicies, condor_status
+	BIN=$(BIN) examples/demo/run.sh
+
+demo-down: venv ## Stop the demo's dev cluster
+	$(BIN)/kondor dev-cluster down --state-dir .devcluster/demo/state
+
+simulate-demo: venv ## Offline: the slots the GPU example policy gives a node, and where two jobs land
 	$(BIN)/kondor simulate --machine examples/machines/gpu-mixed.yaml \
 	    --policy examples/policies/gpu-split.yaml \
 	    --request examples/jobs/train.yaml --request examples/jobs/small.yaml
-.PHONY: demo
+.PHONY: demo demo-down simulate-demo

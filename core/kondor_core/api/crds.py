@@ -69,7 +69,9 @@ KINDS: tuple[Kind, ...] = (
         "Cluster",
         ExecutionPointSpec,
         ExecutionPointStatus,
-        ("ep",),
+        # Not `ep`: that is core Endpoints' short name, which wins, and kubectl would warn
+        # on every `kubectl get ep` in the cluster.
+        ("xp",),
         (
             _column("Node", ".spec.nodeName"),
             _column("Slots", ".status.summary.slots", "integer"),

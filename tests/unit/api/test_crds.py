@@ -98,7 +98,8 @@ def test_executionpoints_show_slot_columns_and_short_name() -> None:
         "GPUs",
         "State",
     ]
-    assert crd["spec"]["names"]["shortNames"] == ["ep"]
+    assert crd["spec"]["names"]["shortNames"] == ["xp"]  # `ep` is Endpoints'
+
     assert crd["spec"]["scope"] == "Cluster"
 
 

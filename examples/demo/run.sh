@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# The demo: a local dev cluster (real control plane, three kwok nodes, one with four GPUs)
+# with the Kondor operator and one agent per node; the demo SlotPolicies applied; the
+# ExecutionPoints and condor_status printed. Run by `make demo` (which builds what it needs).
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+BIN=${BIN:-.venv/bin}
+STATE=${STATE:-.devcluster/demo}
+PORT=${PORT:-16443}
+export KUBECONFIG="$STATE/kubeconfig"
+export PATH="$PWD/$BIN:$PATH"   # kubectl finds the kubectl-kondor plugin here
+
+if [ -f "$STATE/state/pids.json" ]; then
+  kondor dev-cluster down --state-dir "$STATE/state" >/dev/null 2>&1 || true
+fi
+kondor dev-cluster up --port "$PORT" --kubeconfig "$KUBECONFIG" --state-dir "$STATE/state" \
+  --nodes examples/demo/machines/cpu-0.yaml examples/demo/machines/cpu-1.yaml \
+          examples/demo/machines/gpu-0.yaml \
+  --operator --agents --detach
+
+echo; echo "+ kubectl apply -f examples/demo/policies/"
+kubectl apply -f examples/demo/policies/
+for _ in $(seq 60); do
+  [ "$(kubectl get executionpoints -o name | wc -l)" -ge 3 ] && break
+  sleep 0.5
+done
+kubectl wait executionpoints --all --for=condition=Ready --timeout=60s >/dev/null
+
+echo; echo "+ kubectl get slotpolicies"
+kubectl get slotpolicies
+echo; echo "+ kubectl get executionpoints"
+kubectl get executionpoints
+echo; echo "+ kubectl kondor status"
+kubectl kondor status
+
+cat <<NEXT
+
+The dev cluster keeps running. Try:
+  export KUBECONFIG=$KUBECONFIG PATH=$PWD/$BIN:\$PATH
+  kubectl describe executionpoint gpu-0              # the slots and their ads
+  kubectl kondor status -af Name Cpus Memory GPUs AssignedGPUs
+  kubectl kondor status -constraint 'State == "Owner"'   # cpu-1's owner is busy
+  kubectl edit slotpolicy batch                      # change the layout; slots re-carve
+  kubectl apply -f - <<<'{"apiVersion":"kondor.io/v1alpha1","kind":"SlotPolicy","metadata":{"name":"bad"},"spec":{"start":"Cpus >"}}'
+  kondor simulate --timeline examples/scenarios/desktop-day.yaml   # a day of policy, offline
+Stop it with: $BIN/kondor dev-cluster down --state-dir $STATE/state
+NEXT
