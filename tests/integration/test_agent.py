@@ -24,6 +24,8 @@ from kubernetes import client
 
 from kondor_devcluster.cluster import DevCluster, free_port
 
+from .waiting import eventually
+
 GROUP, VERSION = "kondor.io", "v1alpha1"
 MACHINE = {
     "cpus": 4,
@@ -50,14 +52,7 @@ _SHAPE = ("Name", "SlotType", "SlotTypeID", "Cpus", "Memory", "Disk", "GPUs")
 
 
 def _wait(what: str, check: Callable[[], Any], timeout: float = 15.0) -> Any:
-    deadline = time.monotonic() + timeout
-    last: Any = None
-    while time.monotonic() < deadline:
-        last = check()
-        if last:
-            return last
-        time.sleep(0.2)
-    raise AssertionError(f"no {what} within {timeout:.0f}s (last: {last!r})")
+    return eventually(check, timeout, what)
 
 
 @dataclass

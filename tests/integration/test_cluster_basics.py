@@ -17,6 +17,8 @@ from kubernetes.utils import parse_quantity
 from kondor_devcluster import versions
 from kondor_devcluster.cluster import DevCluster
 
+from .waiting import eventually
+
 pytestmark = pytest.mark.timeout(180)
 
 MACHINES = Path(__file__).resolve().parents[2] / "examples" / "machines"
@@ -47,17 +49,6 @@ def kubectl_refused(binary: str, kubeconfig: Path, *args: str, context: str) -> 
     )
     assert result.returncode != 0, f"kubectl {' '.join(args)} as {context} was allowed"
     return result.stderr
-
-
-def eventually(check: Callable[[], Any], timeout: float = 30.0, what: str = "condition") -> Any:
-    deadline = time.monotonic() + timeout
-    last: Any = None
-    while time.monotonic() < deadline:
-        last = check()
-        if last:
-            return last
-        time.sleep(0.2)
-    raise AssertionError(f"{what} not reached within {timeout}s (last: {last!r})")
 
 
 def test_kubectl_talks_to_the_api_server_as_admin(kubectl_bin: str, kubeconfig: Path) -> None:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +22,7 @@ from kondor_core.slots import simulate
 from kondor_devcluster.cluster import ClusterSpec, DevCluster, free_port
 
 from .conftest import ROOT, skip_reason
+from .waiting import eventually
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -65,17 +66,6 @@ def simulated(machine: Path, policy: dict[str, Any]) -> list[tuple[Any, ...]]:
     spec = validate(SlotPolicy, policy, what="policy").spec
     ads = simulate(node, compile_policy(spec), []).slots
     return [tuple(ad.get(key) for key in SHAPE) for ad in ads]
-
-
-def eventually(what: str, check: Callable[[], Any], timeout: float = 15.0) -> Any:
-    deadline = time.monotonic() + timeout
-    last: Any = None
-    while time.monotonic() < deadline:
-        last = check()
-        if last:
-            return last
-        time.sleep(0.3)
-    raise AssertionError(f"{what} not within {timeout}s; last: {last!r}")
 
 
 @pytest.fixture(scope="module")
@@ -122,14 +112,18 @@ def test_applied_policies_give_each_selected_node_the_simulated_slots(demo: Demo
         "cpu-1": simulated(machines / "cpu-1.yaml", _policy("batch")),
         "gpu-0": simulated(machines / "gpu-0.yaml", _policy("gpu")),
     }
-    eventually("the simulated slots on every selected node", lambda: demo.published() == wanted)
+    eventually(
+        lambda: demo.published() == wanted, 15.0, "the simulated slots on every selected node"
+    )
     assert time.monotonic() - started < 15
     assert "loner" not in demo.published()  # unselected: no ExecutionPoint
 
     # `everyone` selects every node; on the others higher priorities still win.
     demo.kubectl("apply", "-f", str(DEMO / "policies" / "everyone.yaml"))
     loner = simulated(Path(demo.spec.state_dir).parent / "loner.yaml", _policy("everyone"))
-    eventually("loner's ExecutionPoint", lambda: demo.published() == {**wanted, "loner": loner})
+    eventually(
+        lambda: demo.published() == {**wanted, "loner": loner}, 15.0, "loner's ExecutionPoint"
+    )
 
 
 def test_editing_a_policy_recarves_within_15s(demo: Demo) -> None:
@@ -145,7 +139,7 @@ def test_editing_a_policy_recarves_within_15s(demo: Demo) -> None:
     )
     wanted = simulated(DEMO / "machines" / "cpu-0.yaml", edited)
     started = time.monotonic()
-    eventually("cpu-0 re-carved", lambda: demo.published().get("cpu-0") == wanted)
+    eventually(lambda: demo.published().get("cpu-0") == wanted, 15.0, "cpu-0 re-carved")
     assert time.monotonic() - started < 15
 
 
@@ -175,4 +169,4 @@ def test_kubectl_get_and_kondor_status_show_the_slots(demo: Demo) -> None:
 
 def test_deleting_a_node_removes_its_execution_point(demo: Demo) -> None:
     demo.core.delete_node("cpu-0")
-    eventually("cpu-0's ExecutionPoint gone", lambda: "cpu-0" not in demo.published())
+    eventually(lambda: "cpu-0" not in demo.published(), 15.0, "cpu-0's ExecutionPoint gone")

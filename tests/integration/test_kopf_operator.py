@@ -6,7 +6,6 @@ import datetime
 import os
 import subprocess
 import sys
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -18,21 +17,12 @@ from kubernetes.client.rest import ApiException
 from kondor_devcluster import pki
 from kondor_devcluster.cluster import DevCluster, free_port
 
+from .waiting import eventually
+
 pytestmark = pytest.mark.timeout(180)
 
 OPERATOR = Path(__file__).with_name("kopf_executionjobs.py")
 GROUP, VERSION, PLURAL = "kondor.io", "v1alpha1", "executionjobs"
-
-
-def eventually(check: Callable[[], Any], timeout: float = 30.0, what: str = "condition") -> Any:
-    deadline = time.monotonic() + timeout
-    last: Any = None
-    while time.monotonic() < deadline:
-        last = check()
-        if last:
-            return last
-        time.sleep(0.3)
-    raise AssertionError(f"{what} not reached within {timeout}s (last: {last!r})")
 
 
 @pytest.fixture

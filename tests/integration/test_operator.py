@@ -15,7 +15,7 @@ import sys
 import time
 import urllib.request
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
@@ -29,22 +29,13 @@ from kondor_core.fleet import check_policy
 from kondor_devcluster.cluster import DevCluster, free_port
 from kondor_devcluster.components import KWOK_NODE_ANNOTATION, KWOK_NODE_ANNOTATION_VALUE
 
+from .waiting import eventually
+
 pytestmark = pytest.mark.timeout(90)
 
 GROUP, VERSION = "kondor.io", "v1alpha1"
 EPS, POLICIES = "executionpoints", "slotpolicies"
 EVENTS_NAMESPACE = "default"
-
-
-def eventually(check: Callable[[], Any], timeout: float = 15.0, what: str = "condition") -> Any:
-    deadline = time.monotonic() + timeout
-    last: Any = None
-    while time.monotonic() < deadline:
-        last = check()
-        if last:
-            return last
-        time.sleep(0.25)
-    raise AssertionError(f"{what} not reached within {timeout}s (last: {last!r})")
 
 
 @dataclass
