@@ -19,6 +19,8 @@ from typing import Any
 from pydantic import ValidationError
 
 from kondor_agent import startd as startd_mod
+from kondor_agent.benchmarks import BenchmarkRunner
+from kondor_agent.cron import CronRunner
 from kondor_agent.kube import ExecutionPointAPI, NotFoundError, WriteError
 from kondor_agent.metrics import AgentMetrics
 from kondor_agent.report import Coalescer
@@ -33,6 +35,8 @@ from kondor_core.api import (
 from kondor_core.api.base import Condition
 from kondor_core.api.executionpoint import ExecutionPointSpec, ExecutionPointStatus
 from kondor_core.config import PolicyError
+from kondor_core.policy import Action, ActionKind, BenchmarksDone, Event
+from kondor_core.policy import Activity as EngineActivity
 from kondor_core.policy import PolicyError as EngineError
 from kondor_core.slots import LayoutError
 
@@ -85,8 +89,16 @@ class Agent:
         live: LiveFacts = no_live_facts,
         clock: Callable[[], float] = time.time,
         metrics: AgentMetrics | None = None,
+        cron: CronRunner | None = None,
+        benchmarks: BenchmarkRunner | None = None,
     ) -> None:
         self.config = config
+        #: Runs the policy's startd cron jobs; None: no cron (their ads stay empty).
+        self.cron = cron
+        #: Runs Mips/KFlops when the engine asks (run-benchmarks); None: not carried out.
+        self.benchmarks = benchmarks
+        if cron is not None:
+            cron.machine_ad = self._machine_ad
         self.api = api
         self.machines = machines
         self.live = live
@@ -179,6 +191,8 @@ class Agent:
             return
         if spec.policy is None:
             self.startd = None
+            if self.cron is not None:
+                self.cron.configure((), self.cron.settings)
             self._condition(now, "False", "NoPolicy", "no SlotPolicy selects this node")
             self._observe_nothing(now)
             return
@@ -192,8 +206,9 @@ class Agent:
             return
         live = self.live(now)
         self.coalescer.volatile = self.coalescer.volatile | frozenset(live)
+        events = self._gather_hooks(now)
         started = time.perf_counter()
-        result = startd_mod.tick(self.startd, live, now)
+        result = startd_mod.tick(self.startd, live, now, slot_events=events)
         self.metrics.evaluation.observe(time.perf_counter() - started)
         self.startd = result.startd
         for transition in result.transitions:
@@ -206,11 +221,12 @@ class Agent:
                 transition.activity,
                 transition.reason,
             )
-        if result.actions:
+        pending = self._carry_out(result.actions)
+        if pending:
             # Carrying these out needs a job launcher, which this agent does not have yet.
-            for action in result.actions:
+            for action in pending:
                 log.warning("not carried out (no launcher yet): %s", action.as_dict())
-            self.metrics.not_carried_out(result.actions)
+            self.metrics.not_carried_out(pending)
         if not self._degraded:
             self._condition(
                 now, "True", "SlotsPublished", f"slots carved with SlotPolicy {spec.policy.name}"
@@ -218,6 +234,47 @@ class Agent:
         status = startd_mod.status(self.startd, live, now, conditions=self.conditions)
         self.metrics.set_slots((slot.state, slot.activity) for slot in status.slots)
         self._observe_status(now, status)
+        if (
+            self.cron is not None
+            and self.cron.take_update()
+            and self.coalescer.changed_since is None
+        ):
+            # `- update:true` (or STARTD_CRON_AUTOPUBLISH): write now, not at the heartbeat.
+            self.coalescer.changed_since = now
+
+    def _gather_hooks(self, now: float) -> dict[str, list[Event]]:
+        """Merge the cron jobs' latest ads and finished benchmarks into the startd; the
+        BenchmarksDone events for the slots that were benchmarking."""
+        assert self.startd is not None
+        if self.cron is not None:
+            self.startd = startd_mod.with_cron_ads(self.startd, self.cron.ads())
+            # Cron output goes out with the next write, as HTCondor's with the next update.
+            self.coalescer.volatile = self.coalescer.volatile | self.cron.attribute_names()
+        done = self.benchmarks.poll() if self.benchmarks is not None else None
+        if done is None:
+            return {}
+        log.info("benchmarks: Mips %d, KFlops %d (%.2fs)", done.mips, done.kflops, done.seconds)
+        self.startd = startd_mod.with_benchmarks(self.startd, done.attributes(now))
+        return {
+            slot.name: [BenchmarksDone()]
+            for slot in self.startd.state.slots
+            if slot.activity is EngineActivity.BENCHMARKING
+        }
+
+    def _carry_out(self, actions: Sequence[Action]) -> list[Action]:
+        """Start what the agent can (benchmarks); the actions left."""
+        left = []
+        for action in actions:
+            if action.kind is ActionKind.RUN_BENCHMARKS and self.benchmarks is not None:
+                self.benchmarks.start()
+            else:
+                left.append(action)
+        return left
+
+    def _machine_ad(self) -> Mapping[str, Any]:
+        """What a cron job's CONDITION sees: the machine ad, without slot attributes."""
+        startd = self.startd
+        return startd_mod.machine_ad(startd, {}) if startd is not None else {}
 
     def _restart_from(self, raw: Any) -> None:
         """A (re)started agent takes back what it last published."""
@@ -302,6 +359,10 @@ class Agent:
             )
         for warning in self.startd.warnings:
             log.warning("slotpolicy %s: %s", ref.name, warning)
+        if self.cron is not None:
+            self.cron.configure(
+                self.startd.cron_jobs, self.startd.cron_settings, reconfig=current is not None
+            )
         what = "carved" if current is None else "re-carved"
         log.info(
             "%s %d slots with slotpolicy %s generation %d",

@@ -3,11 +3,15 @@ ExecutionPoint names, evaluates the startd policy every polling interval and pub
 slot ads to the ExecutionPoint's status.
 
     kondor-agent --node-name NODE [--machine FILE] [--kubeconfig F] [--context C]
-    kondor-agent --machine FILE --policy POLICY.yaml --oneshot --no-publish
+    kondor-agent --machine FILE --policy POLICY.yaml [--hooks-dir DIR] --oneshot --no-publish
     kondor-agent detect ...
 
 With `--machine FILE` the node is simulated: the machine is the file, re-read when it
 changes. Without it the machine is detected on the host (`kondor_agent.detect`).
+
+Startd cron jobs run from `--hooks-dir` only; `--oneshot` runs each once (waiting up to
+`--cron-timeout` seconds for it) and shows their attributes in the slot ads. RUNBENCHMARKS
+runs the built-in Mips and KFlops benchmarks.
 """
 
 from __future__ import annotations
@@ -27,12 +31,17 @@ from types import FrameType
 from typing import Any
 
 from kondor_agent import startd as startd_mod
+from kondor_agent.benchmarks import BenchmarkRunner, measure
+from kondor_agent.cron import CronRunner
 from kondor_agent.hostsource import DetectionUnavailableError, HostMachine, detect_module
 from kondor_agent.loop import Agent, AgentConfig, LiveFacts, no_live_facts
 from kondor_agent.machinefile import MachineFile, load
 from kondor_agent.metrics import AgentMetrics
 from kondor_core.api import InvalidObjectError, Machine, ResolvedPolicy, SlotPolicy
 from kondor_core.config import PolicyError
+from kondor_core.cron import DEFAULT_HOOKS_DIR
+from kondor_core.policy import ActionKind, BenchmarksDone
+from kondor_core.policy import Activity as EngineActivity
 from kondor_core.policy import PolicyError as EngineError
 from kondor_core.slots import LayoutError
 
@@ -86,6 +95,18 @@ def build_parser() -> argparse.ArgumentParser:
         type=Path,
         default=Path("/var/lib/kondor/execute"),
         help="the directory jobs run in; its size is the slots' disk",
+    )
+    parser.add_argument(
+        "--hooks-dir",
+        type=Path,
+        default=Path(DEFAULT_HOOKS_DIR),
+        help=f"startd cron executables run from this directory only (default {DEFAULT_HOOKS_DIR})",
+    )
+    parser.add_argument(
+        "--cron-timeout",
+        type=float,
+        default=10.0,
+        help="with --oneshot: seconds to wait for each startd cron job's output (default 10)",
     )
     parser.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING, ERROR")
     return parser
@@ -168,8 +189,21 @@ def _offline(args: argparse.Namespace) -> int:
         node = startd_mod.start(machine, policy.spec, ref, now)
         for warning in node.warnings:
             print(f"warning: {args.policy}: {warning}", file=sys.stderr)
+        if node.cron_jobs:
+            runner = CronRunner(args.hooks_dir)
+            runner.run_once(node.cron_jobs, node.cron_settings, timeout=args.cron_timeout)
+            node = startd_mod.with_cron_ads(node, runner.ads())
         facts = live(now)
-        node = startd_mod.tick(node, facts, now).startd
+        result = startd_mod.tick(node, facts, now)
+        node = result.startd
+        if any(a.kind is ActionKind.RUN_BENCHMARKS for a in result.actions):
+            node = startd_mod.with_benchmarks(node, measure().attributes(now))
+            done = {
+                slot.name: [BenchmarksDone()]
+                for slot in node.state.slots
+                if slot.activity is EngineActivity.BENCHMARKING
+            }
+            node = startd_mod.tick(node, facts, now, slot_events=done).startd
         ads = startd_mod.slot_ads(node, facts, now)
     except (
         InvalidObjectError,
@@ -217,7 +251,12 @@ def _publish(args: argparse.Namespace) -> int:
         update_interval=args.update_interval,
     )
     watched = WatchedExecutionPoint(api, args.node_name)
-    agent = Agent(config, watched, machines, live=live, metrics=metrics)
+    cron = CronRunner(args.hooks_dir)
+    benchmarks = BenchmarkRunner()
+    agent = Agent(
+        config, watched, machines, live=live, metrics=metrics, cron=cron, benchmarks=benchmarks
+    )
+    cron.on_update = benchmarks.on_done = agent.wake
     watched.on_change = agent.wake
     watched.start()
     if args.state_dir is not None:
@@ -233,8 +272,10 @@ def _publish(args: argparse.Namespace) -> int:
     log.info("kondor-agent for node %s", args.node_name)
     if args.oneshot:
         agent.step()
+        cron.stop()
         return 0
     agent.run(stop)
+    cron.stop()
     watched.stop()
     log.info("stopped")
     return 0

@@ -19,8 +19,10 @@ from kondor_core.api import Machine, ResolvedPolicy, SlotPolicySpec, Unit, forma
 from kondor_core.api.base import Condition
 from kondor_core.api.executionpoint import ExecutionPointStatus, SlotStatus, SlotSummary
 from kondor_core.config import compile_policy, policy_hash
+from kondor_core.cron import CronAd, CronJob, CronSettings, merge_into_slots
 from kondor_core.policy import (
     Action,
+    Event,
     MachineState,
     SlotKind,
     SlotState,
@@ -61,6 +63,13 @@ class Startd:
     #: `policy_hash` of the policy as compiled here (the operator's may differ across versions).
     compiled_hash: str = ""
     warnings: tuple[str, ...] = ()
+    #: The policy's startd cron jobs and knobs (what `kondor_agent.cron` runs).
+    cron_jobs: tuple[CronJob, ...] = ()
+    cron_settings: CronSettings = field(default_factory=CronSettings)
+    #: The cron jobs' latest ads by full name, merged into every rendered slot ad.
+    cron_ads: Mapping[str, CronAd] = field(default_factory=dict, compare=False)
+    #: Mips, KFlops (and LastBenchmark) from the last benchmarks: on the machine and every slot.
+    benchmarks: Mapping[str, Fact] = field(default_factory=dict, compare=False)
 
     @property
     def polling_interval(self) -> float:
@@ -73,8 +82,17 @@ class Startd:
         return self.engine.update_interval
 
     def ads(self) -> list[SlotAd]:
-        """The layout's slot ads, in condor_status order (what `kondor simulate` prints)."""
-        return self.renderer.render(self.slots)
+        """The layout's slot ads, in condor_status order (what `kondor simulate` prints), with
+        the benchmarks' Mips and KFlops and the startd cron ads merged in."""
+        ads = self.renderer.render(self.slots)
+        if self.benchmarks:
+            ads = [
+                SlotAd(ad.name, {**ad.attributes, **_benchmark_facts(self)}, ad.expressions)
+                for ad in ads
+            ]
+        if self.cron_ads:
+            ads = merge_into_slots(ads, self.cron_ads, [job.name for job in self.cron_jobs])
+        return ads
 
 
 @dataclass(frozen=True)
@@ -132,7 +150,28 @@ def start(
         state=state,
         compiled_hash=compiled_hash,
         warnings=tuple(effective.warnings),
+        cron_jobs=effective.cron_jobs,
+        cron_settings=effective.cron,
+        cron_ads=previous.cron_ads if previous is not None else {},
+        benchmarks=previous.benchmarks if previous is not None else {},
     )
+
+
+def _benchmark_facts(startd: Startd) -> dict[str, Fact]:
+    # LastBenchmark is the engine's, per slot; the slot ads take only the measurements.
+    return {k: v for k, v in startd.benchmarks.items() if k != "LastBenchmark"}
+
+
+def with_cron_ads(startd: Startd, ads: Mapping[str, CronAd]) -> Startd:
+    """`startd` whose slot ads merge `ads` (the cron runner's latest)."""
+    if ads == startd.cron_ads:
+        return startd
+    return dataclasses.replace(startd, cron_ads=dict(ads))
+
+
+def with_benchmarks(startd: Startd, measured: Mapping[str, Fact]) -> Startd:
+    """`startd` advertising the benchmarks' results (Mips, KFlops, LastBenchmark)."""
+    return dataclasses.replace(startd, benchmarks=dict(measured))
 
 
 def _kept_states(
@@ -180,8 +219,15 @@ def static_facts(ad: SlotAd) -> dict[str, Fact]:
     }
 
 
-def tick(startd: Startd, live: Mapping[str, Fact], now: float) -> Tick:
-    """One polling cycle at `now` with the node's live facts (LoadAvg, KeyboardIdle, ...)."""
+def tick(
+    startd: Startd,
+    live: Mapping[str, Fact],
+    now: float,
+    *,
+    slot_events: Mapping[str, Sequence[Event]] | None = None,
+) -> Tick:
+    """One polling cycle at `now` with the node's live facts (LoadAvg, KeyboardIdle, ...) and
+    the events for some slots (BenchmarksDone)."""
     now = whole_seconds(now)
     ads = {ad.name: ad for ad in startd.ads()}
     slot_facts = {name: static_facts(ad) for name, ad in ads.items()}
@@ -191,6 +237,7 @@ def tick(startd: Startd, live: Mapping[str, Fact], now: float) -> Tick:
         dict(live),
         now,
         slot_facts={s.name: slot_facts[s.name] for s in startd.state.slots if s.name in slot_facts},
+        slot_events=slot_events,
     )
     return Tick(
         dataclasses.replace(startd, state=result.machine), result.actions, result.transitions
@@ -235,6 +282,7 @@ def machine_ad(startd: Startd, live: Mapping[str, Fact]) -> dict[str, Any]:
         key: value for key, value in startd.renderer.base.items() if key not in ("Start", "Rank")
     }
     ad["MyType"] = "Machine"
+    ad.update(startd.benchmarks)
     ad.update(live)
     return ad
 

@@ -21,6 +21,7 @@ from kondor_core.api.manifest import (
 from kondor_core.api.quantity import Unit, format_quantity, parse_quantity, to_unit
 from kondor_core.api.slotpolicy import (
     POLICY_EXPRESSIONS,
+    CronJobSpec,
     LabelSelector,
     Reserved,
     SlotPolicySpec,
@@ -33,6 +34,7 @@ __all__ = [
     "POLICY_EXPRESSIONS",
     "VERSION",
     "ClassAdExpr",
+    "CronJobSpec",
     "ExecutionJob",
     "ExecutionJobSpec",
     "ExecutionPoint",

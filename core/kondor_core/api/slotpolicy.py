@@ -70,6 +70,37 @@ class SlotTypeSpec(Model):
     )
 
 
+class CronJobSpec(Model):
+    """One startd cron job (STARTD_CRON_<name>_*; the reference's "Startd Cron")."""
+
+    name: Annotated[str, Field(pattern=r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$", description="JobName")]
+    executable: str = Field(
+        description="In the agent's hooks directory; a relative path is taken from it"
+    )
+    args: list[str] = Field(default_factory=list)
+    mode: Literal["Periodic", "OneShot", "WaitForExit"] = "Periodic"
+    period: Annotated[
+        int | str | None,
+        Field(
+            description="Seconds, or with an s/m/h suffix (15s, 10m); required unless OneShot",
+            json_schema_extra={"x-kubernetes-int-or-string": True},
+        ),
+    ] = None
+    prefix: Annotated[str, Field(pattern=r"^[A-Za-z0-9_]*$")] = ""
+    slots: list[Annotated[int, Field(ge=1)]] = Field(
+        default_factory=list, description="Slot ids that may take the output; empty: all"
+    )
+    kill: bool = Field(default=False, description="Kill a run still going when the next is due")
+    reconfig_rerun: bool = Field(default=False, description="OneShot: run again on a new policy")
+    reconfig: bool = Field(default=False, description="Send SIGHUP on a new policy")
+    job_load: Annotated[float, Field(ge=0, le=100)] = 0.01
+    env: dict[str, str] = Field(default_factory=dict)
+    cwd: str | None = None
+    condition: ClassAdExpr | None = Field(
+        default=None, description="Run only while TRUE against the machine ad"
+    )
+
+
 def _check_slot_key(key: str) -> str:
     if not key.isdigit() or int(key) < 1:
         raise ValueError(f"slotAttributes: {key!r} is not a slot number; use '1', '2', ...")
@@ -120,6 +151,11 @@ class SlotPolicySpec(Model):
         default_factory=dict,
         description="MODIFY_REQUEST_EXPR_<attr>: request attribute -> rounding expression",
     )
+    cron: list[CronJobSpec] = Field(
+        default_factory=list,
+        description="Startd cron jobs (STARTD_CRON_JOBLIST); a job here wins over one of the "
+        "same name in condorConfig",
+    )
     condor_config: str = Field(default="", description="An HTCondor configuration snippet")
 
     @field_validator("slot_attributes")
@@ -127,6 +163,16 @@ class SlotPolicySpec(Model):
     def _slot_keys(cls, value: dict[str, dict[str, str]]) -> dict[str, dict[str, str]]:
         for key in value:
             _check_slot_key(key)
+        return value
+
+    @field_validator("cron")
+    @classmethod
+    def _unique_jobs(cls, value: list[CronJobSpec]) -> list[CronJobSpec]:
+        seen: set[str] = set()
+        for job in value:
+            if job.name.lower() in seen:
+                raise ValueError(f"cron: the job name {job.name!r} appears twice; names are unique")
+            seen.add(job.name.lower())
         return value
 
     @field_validator("slot_types")

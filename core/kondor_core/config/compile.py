@@ -21,7 +21,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from kondor_core.api.slotpolicy import POLICY_EXPRESSIONS, SlotPolicySpec, SlotTypeSpec
+from kondor_core.api.slotpolicy import (
+    POLICY_EXPRESSIONS,
+    CronJobSpec,
+    SlotPolicySpec,
+    SlotTypeSpec,
+)
 from kondor_core.classads import (
     ClassAd,
     ExpressionError,
@@ -39,6 +44,7 @@ from kondor_core.config.effective import (
 )
 from kondor_core.config.snippet import Definition, MacroError, MacroTable, parse_snippet
 from kondor_core.config.templates import MACHINE_REFERENCES
+from kondor_core.cron import jobs as cron
 from kondor_core.slots.shares import ShareError, ShareSpec, canonical_resource, parse_shares
 from kondor_core.slots.shares import shares_from_map as _shares_from_map
 
@@ -150,6 +156,7 @@ class _Compiler:
         expressions = self._expressions()
         startd_attrs, slot_attrs = self._attributes()
         modify_request = self._modify_request()
+        cron_jobs, cron_settings = self._cron()
         macros = self._macros()
         return EffectivePolicy(
             slot_types=slot_types,
@@ -167,6 +174,8 @@ class _Compiler:
             macros=macros,
             modify_request=modify_request,
             consumption_policy=consumption_policy,
+            cron_jobs=cron_jobs,
+            cron=cron_settings,
             templates=templates,
             warnings=tuple(dict.fromkeys(self.warnings)),
         )
@@ -706,6 +715,219 @@ class _Compiler:
                 )
             _replace(result, canonical, value)
         return result
+
+    # -- startd cron ---------------------------------------------------------------------
+
+    def _cron(self) -> tuple[tuple[cron.CronJob, ...], cron.CronSettings]:
+        """STARTD_CRON_JOBLIST and its jobs' knobs, then spec.cron (which wins by name).
+
+        As "Daemon Hook Configuration Options"; STARTD_CRON_NAME (which HTCondor no
+        longer supports) renames the knobs' prefix (`CRON_JOBLIST` for `CRON`).
+        """
+        base = "STARTD_CRON"
+        renamed = self._knob("STARTD_CRON_NAME")
+        if renamed is not None:
+            base = renamed[0].strip().upper()
+            self.warnings.append(
+                f"{_label(renamed[1])}: HTCondor no longer supports STARTD_CRON_NAME; Kondor "
+                f"reads the {base}_* knobs as it once did, but prefer STARTD_CRON_*"
+            )
+        settings = self._cron_settings(base)
+        jobs: dict[str, cron.CronJob] = {}
+        listed = self._knob(f"{base}_JOBLIST")
+        for name in _split_list(listed[0]) if listed else []:
+            label = _label(listed[1]) if listed else ""
+            if name.lower() in jobs:
+                self.warnings.append(f"{label}: {name} is listed twice; it runs once")
+                continue
+            job = self._snippet_cron_job(base, name, label)
+            if job is not None:
+                jobs[name.lower()] = job
+        for index, spec_job in enumerate(self.spec.cron):
+            job = self._spec_cron_job(index, spec_job)
+            if job is None:
+                continue
+            if job.name.lower() in jobs:
+                self.warnings.append(
+                    f"spec.cron[{index}] overrides the startd cron job {job.name} of condorConfig"
+                )
+            jobs[job.name.lower()] = job
+        self._unused_cron_knobs(base)
+        return tuple(jobs.values()), settings
+
+    def _cron_settings(self, base: str) -> cron.CronSettings:
+        max_load = cron.DEFAULT_MAX_JOB_LOAD
+        found = self._knob(f"{base}_MAX_JOB_LOAD")
+        if found is not None:
+            max_load = self._load(found[0], _label(found[1]), default=max_load)
+        log_non_zero = self._snippet_flag(self._knob(f"{base}_LOG_NON_ZERO_EXIT"), default=False)
+        autopublish = cron.AutoPublish.NEVER
+        found = self._knob(f"{base}_AUTOPUBLISH")
+        if found is not None:
+            chosen = next(
+                (a for a in cron.AutoPublish if a.value.lower() == found[0].strip().lower()), None
+            )
+            if chosen is None:
+                self.problems.append(
+                    f"{_label(found[1])}: {found[0]!r} is not Never, Always or If_Changed"
+                )
+            else:
+                autopublish = chosen
+        return cron.CronSettings(max_load, log_non_zero, autopublish)
+
+    def _load(self, value: str, label: str, *, default: float) -> float:
+        result = _constant(value)
+        if isinstance(result, int | float) and not isinstance(result, bool) and result >= 0:
+            return float(result)
+        self.problems.append(f"{label}: {value!r} is not a load; use a number >= 0 such as 0.01")
+        return default
+
+    def _snippet_cron_job(self, base: str, name: str, listed_by: str) -> cron.CronJob | None:
+        def knob(item: str) -> tuple[str, Definition] | None:
+            return self._knob(f"{base}_{name}_{item}")
+
+        try:
+            cron.check_job_name(name, field=listed_by)
+        except cron.CronError as err:
+            self.problems.append(str(err))
+            return None
+        metrics = knob("METRICS")
+        if metrics is not None:
+            self._resource_monitor(base, name, metrics[1])
+            return None
+        executable = knob("EXECUTABLE")
+        if executable is None:
+            self.problems.append(
+                f"{listed_by}: the startd cron job {name} has no {base}_{name.upper()}_EXECUTABLE"
+            )
+            return None
+        problems = len(self.problems)
+        fields: dict[str, object] = {
+            "name": name,
+            "executable": executable[0],
+            "source": _label(executable[1]),
+        }
+        mode_found = knob("MODE")
+        mode = cron.CronMode.PERIODIC
+        if mode_found is not None:
+            mode = self._cron_value(cron.parse_mode, mode_found) or mode
+        fields["mode"] = mode
+        period = knob("PERIOD")
+        if mode is cron.CronMode.ONE_SHOT:
+            if period is not None:
+                self.warnings.append(f"{_label(period[1])}: a OneShot job has no period; ignored")
+        elif period is None:
+            self.problems.append(
+                f"{_label(executable[1])}: the {mode} job {name} needs "
+                f"{base}_{name.upper()}_PERIOD (15s, 10m, 2h)"
+            )
+        else:
+            fields["period"] = self._cron_value(cron.parse_period, period) or 0
+        readers = {
+            "ARGS": ("args", cron.parse_args),
+            "PREFIX": ("prefix", cron.check_prefix),
+            "SLOTS": ("slots", cron.parse_slots),
+            "ENV": ("env", cron.parse_env),
+        }
+        for item, (attribute, reader) in readers.items():
+            found = knob(item)
+            if found is not None:
+                fields[attribute] = self._cron_value(reader, found)
+        for item, attribute in (
+            ("KILL", "kill"),
+            ("RECONFIG_RERUN", "reconfig_rerun"),
+            ("RECONFIG", "reconfig"),
+        ):
+            fields[attribute] = self._snippet_flag(knob(item), default=False)
+        found = knob("JOB_LOAD")
+        if found is not None:
+            fields["job_load"] = self._load(found[0], _label(found[1]), default=0.01)
+        found = knob("CWD")
+        if found is not None:
+            fields["cwd"] = found[0]
+        found = knob("CONDITION")
+        if found is not None and self._expression(found[0], _label(found[1])):
+            fields["condition"] = found[0]
+        if len(self.problems) > problems:
+            return None
+        return cron.CronJob(**fields)  # type: ignore[arg-type]
+
+    def _resource_monitor(self, base: str, name: str, metrics: Definition) -> None:
+        """A job with METRICS is a custom machine resource monitor, which Kondor does not
+        implement: the whole job is left out (`use FEATURE : GPUs` defines one)."""
+        knob_prefix = f"{base}_{name}_".upper()
+        for definition in self.table.user_definitions():
+            if _bare(definition.name).upper().startswith(knob_prefix):
+                self.consumed.add(definition.name.upper())
+        origin = metrics.origin
+        where = (
+            f"condorConfig line {origin.line} ({origin.text.strip()})"
+            if origin.template is not None
+            else _label(metrics)
+        )
+        self.warnings.append(
+            f"{where}: the startd cron job {name} is a custom machine resource monitor "
+            f"({base}_{name}_METRICS), which Kondor does not implement; it does not run"
+        )
+
+    def _cron_value(self, reader: Any, found: tuple[str, Definition]) -> Any:
+        try:
+            return reader(found[0], field=_label(found[1]))
+        except cron.CronError as err:
+            self.problems.append(str(err))
+            return None
+
+    def _spec_cron_job(self, index: int, spec: CronJobSpec) -> cron.CronJob | None:
+        where = f"spec.cron[{index}]"
+        mode = cron.CronMode(spec.mode)
+        period = 0
+        try:
+            if mode is cron.CronMode.ONE_SHOT:
+                if spec.period is not None:
+                    self.warnings.append(f"{where}.period: a OneShot job has no period; ignored")
+            elif spec.period is None:
+                raise cron.CronError(f"{where}.period: a {mode} job needs a period (15s, 10m)")
+            else:
+                period = cron.parse_period(str(spec.period), field=f"{where}.period")
+            cron.check_env_names(spec.env, field=f"{where}.env")
+        except cron.CronError as err:
+            self.problems.append(str(err))
+            return None
+        return cron.CronJob(
+            name=spec.name,
+            executable=spec.executable,
+            args=tuple(spec.args),
+            mode=mode,
+            period=period,
+            prefix=spec.prefix,
+            slots=tuple(sorted(set(spec.slots))),
+            kill=spec.kill,
+            reconfig_rerun=spec.reconfig_rerun,
+            reconfig=spec.reconfig,
+            job_load=spec.job_load,
+            env=dict(spec.env),
+            cwd=spec.cwd,
+            condition=spec.condition,
+            source=f"{where}.executable",
+        )
+
+    def _unused_cron_knobs(self, base: str) -> None:
+        """STARTD_CRON_* the compiler did not read: said why, never silently dropped."""
+        for definition in self.table.user_definitions():
+            name = _bare(definition.name)
+            upper = name.upper()
+            if not upper.startswith(f"{base}_") or upper in self.consumed:
+                continue
+            if self.table.get(name) is not definition:
+                continue
+            self.consumed.add(definition.name.upper())
+            if upper == f"{base}_CONFIG_VAL":
+                reason = "there is no condor_config_val on a Kondor node; it has no effect"
+            elif upper.endswith("_METRICS"):
+                reason = "custom machine resource monitors are not implemented; it has no effect"
+            else:
+                reason = f"it is not a knob of a job in {base}_JOBLIST; it has no effect"
+            self.warnings.append(f"{_label(definition)}: {name}: {reason}")
 
     # -- everything else -----------------------------------------------------------------
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from kondor_core.cron.jobs import CronJob, CronSettings
 from kondor_core.slots.shares import ShareSpec
 
 #: The startd's request rounding defaults (MODIFY_REQUEST_EXPR_*), from the reference.
@@ -81,6 +82,10 @@ class EffectivePolicy:
     modify_request: Mapping[str, str] = field(default_factory=lambda: dict(DEFAULT_MODIFY_REQUEST))
     #: CONSUMPTION_POLICY, the machine-wide default for partitionable slot types.
     consumption_policy: bool = False
+    #: Startd cron jobs (STARTD_CRON_JOBLIST and spec.cron), in job-list order.
+    cron_jobs: tuple[CronJob, ...] = ()
+    #: The machine-wide STARTD_CRON_* knobs.
+    cron: CronSettings = field(default_factory=CronSettings)
     #: Configuration templates applied (`use FEATURE : GPUs` -> "FEATURE:GPUs").
     templates: tuple[str, ...] = ()
     #: Knobs the snippet set that Kondor does not implement: reported, never silently ignored.

@@ -4,7 +4,7 @@ The reference's "condor_startd Policy Configuration" and "Configuration for
 Execution Points" name the knobs; everything a snippet sets is one of:
 
 - a knob the compiler turns into a field of the effective policy (slot types,
-  policy expressions, STARTD_ATTRS, ...), matched by `understood_pattern`;
+  policy expressions, STARTD_ATTRS, startd cron jobs, ...), matched by `is_understood`;
 - a startd knob kept in `EffectivePolicy.macros` for the policy engine
   (`STARTD_KNOBS`);
 - an HTCondor knob Kondor does not implement (`unimplemented_reason`): reported;
@@ -72,7 +72,11 @@ EXACT_KNOBS = frozenset(
 )
 
 #: Knobs the compiler reads by pattern: N is a slot type or slot number.
+#: STARTD_CRON_* ("Daemon Hook Configuration Options") compile to `EffectivePolicy.cron_jobs`
+#: and `cron`; the compiler reports the ones it cannot use (a job not in the job list,
+#: STARTD_CRON_CONFIG_VAL, STARTD_CRON_<job>_METRICS).
 KNOB_PATTERNS = (
+    re.compile(r"STARTD_CRON_(\w+)", re.IGNORECASE),
     re.compile(r"SLOT_TYPE_(\d+)", re.IGNORECASE),
     re.compile(r"NUM_SLOTS_TYPE_(\d+)", re.IGNORECASE),
     re.compile(r"SLOT_TYPE_(\d+)_PARTITIONABLE", re.IGNORECASE),
@@ -88,7 +92,10 @@ KNOB_PATTERNS = (
 _NEGOTIATOR = "it configures the negotiator, which a SlotPolicy does not"
 _NO_KEYBOARD = "a pod has no console or keyboard to share with slots"
 _AGENT_GPUS = "the Kondor agent discovers GPUs and sets the job's GPU environment itself"
-_CRON = "startd cron hooks are not implemented by SlotPolicy"
+_BENCHMARKS = (
+    "the agent measures Mips and KFlops with its own built-in benchmarks when RUNBENCHMARKS "
+    "asks (kondor_agent.benchmarks)"
+)
 
 #: HTCondor knobs Kondor does not implement, with the reason (upper case).
 UNIMPLEMENTED: Mapping[str, str] = {
@@ -119,8 +126,7 @@ UNIMPLEMENTED: Mapping[str, str] = {
 UNIMPLEMENTED_PREFIXES: Mapping[str, str] = {
     "ENVIRONMENT_FOR_": _AGENT_GPUS,
     "ENVIRONMENT_VALUE_FOR_": _AGENT_GPUS,
-    "STARTD_CRON_": _CRON,
-    "BENCHMARKS_": _CRON,
+    "BENCHMARKS_": _BENCHMARKS,
     "ALLOW_": "HTCondor security settings do not apply; Kubernetes RBAC does",
     "DENY_": "HTCondor security settings do not apply; Kubernetes RBAC does",
     "SEC_": "HTCondor security settings do not apply; Kubernetes RBAC does",

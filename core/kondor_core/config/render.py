@@ -7,6 +7,7 @@ import json
 from typing import Any
 
 from kondor_core.config.effective import EffectivePolicy, SlotTypeDef
+from kondor_core.cron.jobs import CronJob
 from kondor_core.slots.shares import AUTO, ShareSpec
 
 
@@ -34,6 +35,28 @@ def _slot_type(slot_type: SlotTypeDef) -> dict[str, Any]:
     return rendered
 
 
+def _cron_job(job: CronJob) -> dict[str, Any]:
+    rendered: dict[str, Any] = {
+        "name": job.name,
+        "executable": job.executable,
+        "args": list(job.args),
+        "mode": str(job.mode),
+        "period": job.period,
+        "prefix": job.prefix,
+        "slots": list(job.slots),
+        "kill": job.kill,
+        "reconfigRerun": job.reconfig_rerun,
+        "reconfig": job.reconfig,
+        "jobLoad": job.job_load,
+        "env": dict(job.env),
+    }
+    if job.cwd is not None:
+        rendered["cwd"] = job.cwd
+    if job.condition is not None:
+        rendered["condition"] = job.condition
+    return rendered
+
+
 def render_policy(policy: EffectivePolicy) -> dict[str, Any]:
     """The effective policy as plain data: camelCase keys, expressions as strings."""
     rendered: dict[str, Any] = {
@@ -54,9 +77,25 @@ def render_policy(policy: EffectivePolicy) -> dict[str, Any]:
         "modifyRequest": dict(policy.modify_request),
         "macros": dict(policy.macros),
         "templates": list(policy.templates),
+        **_cron_rendered(policy),
         "warnings": list(policy.warnings),
     }
     return rendered
+
+
+def _cron_rendered(policy: EffectivePolicy) -> dict[str, Any]:
+    """The cron part, only when the policy has one: policies without cron keep their hash."""
+    if not policy.cron_jobs:
+        return {}
+    settings = policy.cron
+    return {
+        "cron": [_cron_job(job) for job in policy.cron_jobs],
+        "cronSettings": {
+            "maxJobLoad": settings.max_job_load,
+            "logNonZeroExit": settings.log_non_zero_exit,
+            "autopublish": str(settings.autopublish),
+        },
+    }
 
 
 def policy_hash(policy: EffectivePolicy) -> str:

@@ -10,6 +10,7 @@ from kondor_core.api.manifest import InvalidObjectError, validate
 from kondor_core.api.slotpolicy import SlotPolicySpec
 from kondor_core.classads import ExpressionError
 from kondor_core.config import PolicyError, compile_policy, policy_hash
+from kondor_core.cron import DEFAULT_HOOKS_DIR, HookPathError, hook_path
 from kondor_core.fleet.selector import selector_problems
 from kondor_core.policy import PolicyError as EnginePolicyError
 from kondor_core.policy import StartdPolicy
@@ -34,11 +35,13 @@ class CheckedPolicy:
         return self.spec is not None and not self.problems
 
 
-def check_policy(spec: Mapping[str, Any]) -> CheckedPolicy:
+def check_policy(spec: Mapping[str, Any], *, hooks_dir: str = DEFAULT_HOOKS_DIR) -> CheckedPolicy:
     """Validate the spec against the model, then compile it; every problem names its field.
 
     Expression problems quote classad2's parser (`spec.start: 'X >' is not a valid
     ClassAd expression (classad2: ...)`), snippet problems name the condorConfig line.
+    A startd cron executable outside `hooks_dir` (the agents' `--hooks-dir`) is refused:
+    agents run hooks from that directory only.
     """
     try:
         model = validate(SlotPolicySpec, dict(spec), what="SlotPolicy spec", prefix="spec")
@@ -49,6 +52,11 @@ def check_policy(spec: Mapping[str, Any]) -> CheckedPolicy:
         compiled = compile_policy(model)
     except PolicyError as error:
         return CheckedPolicy(problems=(*problems, *map(_in_spec, error.problems)))
+    for job in compiled.cron_jobs:
+        try:
+            hook_path(job.executable, hooks_dir, field=_in_spec(job.source))
+        except HookPathError as error:
+            problems.append(str(error))
     try:
         # The agent builds this engine from the same policy: what it would refuse, refuse here.
         engine = StartdPolicy.from_effective(compiled)

@@ -530,8 +530,8 @@ def test_structured_fields_win(
             id="unimplemented knob",
         ),
         pytest.param(
-            "STARTD_CRON_JOBLIST = temp",
-            "startd cron hooks are not implemented by SlotPolicy",
+            "BENCHMARKS_JOBLIST = mips",
+            "the agent measures Mips and KFlops with its own built-in benchmarks",
             id="unimplemented family",
         ),
         pytest.param(
