@@ -40,13 +40,13 @@ crds-check: venv ## Fail when the committed CRDs differ from the models
 	$(BIN)/python tools/gen_crds.py --check
 
 ##@ Tests
-test: venv controlplane ## Unit and integration tests (builds the dev cluster's control plane once)
+test: venv controlplane helm ## Unit and integration tests (builds the control plane and fetches helm once)
 	$(BIN)/pytest
 
 unit: venv ## Unit tests only (no control plane needed)
 	$(BIN)/pytest tests/unit
 
-check: lint typecheck crds-check test ## Everything CI runs
+check: lint typecheck crds-check chart-lint test ## Everything CI runs
 
 bench: venv ## Benchmarks with their baselines
 	$(BIN)/python bench/bench_carving.py
@@ -67,6 +67,27 @@ dev-cluster: controlplane ## Run a dev cluster in the foreground (KUBECONFIG=.de
 	    --nodes examples/machines/kwok-small.yaml examples/machines/kwok-gpu.yaml \
 	    --operator --agents
 .PHONY: controlplane dev-cluster
+
+##@ Packaging
+helm: venv ## Fetch the pinned helm v3.17.2 into ~/.cache/kondor/helm (once)
+	$(BIN)/python tools/fetch_helm.py
+
+chart-lint: helm ## helm lint --strict and helm template --include-crds
+	h=$$($(BIN)/python tools/fetch_helm.py) && $$h lint --strict helm/kondor && \
+	    $$h template kondor helm/kondor --include-crds > /dev/null
+
+image: ## Build the image kondor:0.1.0 (needs Docker)
+	docker build -t kondor:0.1.0 .
+
+kind-up: image helm ## kind cluster from kind-config.yaml, image loaded, chart installed (Docker, kind)
+	kind create cluster --config kind-config.yaml
+	kind load docker-image kondor:0.1.0 --name kondor
+	$$($(BIN)/python tools/fetch_helm.py) upgrade --install kondor helm/kondor -n kondor-system \
+	    --create-namespace --set image.pullPolicy=Never --wait
+
+e2e: venv ## e2e on kind (opt-in; skipped with a reason without Docker/kind)
+	$(BIN)/pytest tests/e2e --e2e
+.PHONY: helm chart-lint image kind-up e2e
 
 ##@ Demo
 demo: controlplane ## The demo: dev cluster with operator and agents, 3 nodes, SlotPolicies, condor_status

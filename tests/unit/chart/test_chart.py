@@ -1,0 +1,420 @@
+"""The Helm chart as `helm lint --strict` and `helm template --include-crds` see it."""
+
+from __future__ import annotations
+
+import base64
+import datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+from chart_support import (
+    CHART,
+    NAMESPACE,
+    containers,
+    find,
+    render,
+    run_helm,
+    substitute,
+)
+from cryptography import x509
+
+from kondor_agent.main import build_parser
+from kondor_operator.handlers import VALIDATE_ID
+from kondor_operator.main import parse_options
+
+# Fetching helm the first time downloads ~35 MB.
+pytestmark = pytest.mark.timeout(300)
+
+OPERATOR = "t-kondor-operator"
+AGENT = "t-kondor-agent"
+RBAC = "rbac.authorization.k8s.io/v1"
+
+
+@pytest.fixture(scope="module")
+def objects(helm: Path) -> list[dict[str, Any]]:
+    return render(helm)
+
+
+def test_lint_strict_passes(helm: Path) -> None:
+    result = run_helm(helm, "lint", "--strict", str(CHART))
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "0 chart(s) failed" in result.stdout
+
+
+def test_renders_every_part(objects: list[dict[str, Any]]) -> None:
+    kinds = {(o["kind"], o["metadata"]["name"]) for o in objects}
+    for expected in [
+        ("Deployment", OPERATOR),
+        ("DaemonSet", AGENT),
+        ("ServiceAccount", OPERATOR),
+        ("ServiceAccount", AGENT),
+        ("ClusterRole", OPERATOR),
+        ("ClusterRoleBinding", OPERATOR),
+        ("ClusterRole", AGENT),
+        ("ClusterRoleBinding", AGENT),
+        ("Role", OPERATOR),
+        ("RoleBinding", OPERATOR),
+        ("Role", f"{AGENT}-jobs"),
+        ("RoleBinding", f"{AGENT}-jobs"),
+        ("ValidatingWebhookConfiguration", "t-kondor.kondor.io"),
+        ("Service", "t-kondor-webhook"),
+        ("Secret", "t-kondor-webhook-tls"),
+    ]:
+        assert expected in kinds
+    crds = {o["metadata"]["name"] for o in objects if o["kind"] == "CustomResourceDefinition"}
+    shipped = {
+        p.name.removeprefix("kondor.io_").removesuffix(".yaml") for p in CHART.glob("crds/*")
+    }
+    assert crds == {f"{plural}.kondor.io" for plural in shipped}
+    assert {"executionpoints.kondor.io", "slotpolicies.kondor.io"} <= crds
+
+
+def test_namespaced_objects_land_in_the_release_namespace(objects: list[dict[str, Any]]) -> None:
+    cluster_scoped = {
+        "ClusterRole",
+        "ClusterRoleBinding",
+        "CustomResourceDefinition",
+        "ValidatingWebhookConfiguration",
+    }
+    for o in objects:
+        if o["kind"] in cluster_scoped:
+            assert "namespace" not in o["metadata"], o["metadata"]
+        elif o["metadata"]["name"] != f"{OPERATOR}-events":  # Events about Nodes live in default
+            assert o["metadata"]["namespace"] == NAMESPACE, o["metadata"]
+
+
+def test_operator_pod_runs_as_non_root(objects: list[dict[str, Any]]) -> None:
+    deployment = find(objects, "Deployment", OPERATOR)
+    pod = deployment["spec"]["template"]["spec"]
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert pod["securityContext"]["runAsUser"] > 0
+    [container] = containers(deployment)
+    context = container["securityContext"]
+    assert context.get("runAsUser", pod["securityContext"]["runAsUser"]) != 0
+    assert context["allowPrivilegeEscalation"] is False
+    assert context["readOnlyRootFilesystem"] is True
+    assert context["capabilities"] == {"drop": ["ALL"]}
+    assert not context.get("privileged")
+
+
+def _operator_args(objects: list[dict[str, Any]]) -> list[str]:
+    [container] = containers(find(objects, "Deployment", OPERATOR))
+    assert container["command"] == ["kondor-operator"]
+    return substitute(container["args"], {"POD_NAMESPACE": NAMESPACE, "POD_NAME": "op-0"})
+
+
+def test_operator_flags_parse_and_mean_what_the_chart_says(objects: list[dict[str, Any]]) -> None:
+    options = parse_options(_operator_args(objects))
+    assert options.namespace == NAMESPACE
+    assert options.leader_election and options.lease == "kondor-operator"
+    assert options.identity == "op-0"
+    assert options.webhook is not None
+    assert options.webhook.addr == "0.0.0.0"
+    assert options.webhook.cert == Path("/etc/kondor/webhook/tls.crt")
+    assert options.webhook_configuration == ""  # the chart ships the configuration
+    assert options.webhook_failure_policy == "Ignore"
+    assert options.metrics_port == 8080
+    deployment = find(objects, "Deployment", OPERATOR)
+    [container] = containers(deployment)
+    ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+    assert ports == {"metrics": 8080, "webhook": options.webhook.port}
+    mounts = {m["name"]: m for m in container["volumeMounts"]}
+    assert mounts["webhook-tls"]["mountPath"] == str(options.webhook.cert.parent)
+    volumes = {v["name"]: v for v in deployment["spec"]["template"]["spec"]["volumes"]}
+    assert volumes["webhook-tls"]["secret"]["secretName"] == "t-kondor-webhook-tls"
+
+
+def test_leader_election_and_webhook_can_be_turned_off(helm: Path) -> None:
+    objects = render(
+        helm, "--set", "operator.leaderElection.enabled=false", "--set", "webhook.enabled=false"
+    )
+    options = parse_options(_operator_args(objects))
+    assert not options.leader_election
+    assert options.webhook is None
+    assert not [o for o in objects if o["kind"] == "ValidatingWebhookConfiguration"]
+
+
+def test_webhook_configuration_points_at_the_operator(objects: list[dict[str, Any]]) -> None:
+    configuration = find(objects, "ValidatingWebhookConfiguration")
+    [webhook] = configuration["webhooks"]
+    assert webhook["clientConfig"]["service"] == {
+        "name": "t-kondor-webhook",
+        "namespace": NAMESPACE,
+        "port": 443,
+        "path": f"/{VALIDATE_ID}",  # kopf serves each handler at /<handler id>
+    }
+    [rule] = webhook["rules"]
+    assert rule["resources"] == ["slotpolicies"]
+    assert rule["apiGroups"] == ["kondor.io"]
+    assert sorted(rule["operations"]) == ["CREATE", "UPDATE"]
+    assert webhook["failurePolicy"] == "Ignore"
+    assert webhook["sideEffects"] == "None"
+    service = find(objects, "Service", "t-kondor-webhook")
+    assert service["spec"]["ports"][0]["targetPort"] == "webhook"
+    pod_labels = find(objects, "Deployment", OPERATOR)["spec"]["template"]["metadata"]["labels"]
+    assert service["spec"]["selector"].items() <= pod_labels.items()
+
+
+def test_generated_certificate_is_signed_by_the_ca_bundle(objects: list[dict[str, Any]]) -> None:
+    [webhook] = find(objects, "ValidatingWebhookConfiguration")["webhooks"]
+    ca = x509.load_pem_x509_certificate(base64.b64decode(webhook["clientConfig"]["caBundle"]))
+    secret = find(objects, "Secret", "t-kondor-webhook-tls")
+    assert secret["type"] == "kubernetes.io/tls"
+    cert = x509.load_pem_x509_certificate(base64.b64decode(secret["data"]["tls.crt"]))
+    assert base64.b64decode(secret["data"]["tls.key"]).startswith(b"-----BEGIN")
+    cert.verify_directly_issued_by(ca)
+    names = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    assert f"t-kondor-webhook.{NAMESPACE}.svc" in names.get_values_for_type(x509.DNSName)
+    assert cert.not_valid_after_utc > datetime.datetime.now(datetime.UTC) + datetime.timedelta(
+        days=365
+    )
+
+
+def test_cert_manager_issues_and_injects_the_certificate(helm: Path) -> None:
+    objects = render(helm, "--set", "webhook.certManager.enabled=true")
+    configuration = find(objects, "ValidatingWebhookConfiguration")
+    assert configuration["metadata"]["annotations"] == {
+        "cert-manager.io/inject-ca-from": f"{NAMESPACE}/t-kondor-webhook"
+    }
+    assert "caBundle" not in configuration["webhooks"][0]["clientConfig"]
+    certificate = find(objects, "Certificate", "t-kondor-webhook")
+    assert certificate["spec"]["secretName"] == "t-kondor-webhook-tls"
+    assert certificate["spec"]["issuerRef"]["name"] == find(objects, "Issuer")["metadata"]["name"]
+    assert not [o for o in objects if o["kind"] == "Secret"]
+
+
+def test_an_own_secret_needs_its_ca_bundle(helm: Path) -> None:
+    result = run_helm(helm, "template", "t", str(CHART), "--set", "webhook.tls.secretName=mine")
+    assert result.returncode != 0
+    assert "webhook.tls.caBundle is required" in result.stderr
+    bundle = base64.b64encode(b"-----BEGIN CERTIFICATE-----").decode()
+    objects = render(
+        helm, "--set", "webhook.tls.secretName=mine", "--set", f"webhook.tls.caBundle={bundle}"
+    )
+    [webhook] = find(objects, "ValidatingWebhookConfiguration")["webhooks"]
+    assert webhook["clientConfig"]["caBundle"] == bundle
+    assert not [o for o in objects if o["kind"] == "Secret"]
+    volumes = find(objects, "Deployment")["spec"]["template"]["spec"]["volumes"]
+    assert {"name": "webhook-tls", "secret": {"secretName": "mine"}} in volumes
+
+
+# --- the agent -------------------------------------------------------------------------------
+
+
+def test_agent_reads_the_host_read_only(objects: list[dict[str, Any]]) -> None:
+    daemonset = find(objects, "DaemonSet", AGENT)
+    pod = daemonset["spec"]["template"]["spec"]
+    host = {v["name"]: v["hostPath"]["path"] for v in pod["volumes"] if "hostPath" in v}
+    agent = next(c for c in containers(daemonset) if c["name"] == "agent")
+    mounts = {m["mountPath"]: m for m in agent["volumeMounts"]}
+    for path in ("/proc", "/sys", "/sys/fs/cgroup", "/etc", "/dev"):
+        mount = mounts[f"/host{path}"]
+        assert host[mount["name"]] == path
+        assert mount["readOnly"] is True
+    assert host[mounts["/etc/kondor/hooks"]["name"]] == "/etc/kondor/hooks"
+    assert mounts["/etc/kondor/hooks"]["readOnly"] is True
+    writable = {path for path, m in mounts.items() if m["name"] in host and not m.get("readOnly")}
+    assert writable == {"/var/lib/kondor/state", "/var/lib/kondor/execute"}
+    assert not pod.get("hostPID") and not pod.get("hostNetwork")
+
+
+def test_agent_runs_unprivileged(objects: list[dict[str, Any]]) -> None:
+    daemonset = find(objects, "DaemonSet", AGENT)
+    for container in containers(daemonset):
+        context = container["securityContext"]
+        assert not context.get("privileged")
+        assert context["allowPrivilegeEscalation"] is False
+        assert context["readOnlyRootFilesystem"] is True
+        assert context["capabilities"]["drop"] == ["ALL"]
+        if container["name"] == "agent":
+            assert context["runAsNonRoot"] is True and context["runAsUser"] > 0
+            assert "add" not in context["capabilities"]
+        else:  # the init container that hands the host directories to the agent's user
+            assert context["capabilities"]["add"] == ["CHOWN"]
+            assert container["command"][:2] == ["chown", "65532:65532"]
+
+
+def test_agent_flags_parse_and_name_the_node(objects: list[dict[str, Any]]) -> None:
+    daemonset = find(objects, "DaemonSet", AGENT)
+    agent = next(c for c in containers(daemonset) if c["name"] == "agent")
+    assert agent["command"] == ["kondor-agent"]
+    env = {e["name"]: e for e in agent["env"]}
+    assert env["NODE_NAME"]["valueFrom"] == {"fieldRef": {"fieldPath": "spec.nodeName"}}
+    args = build_parser().parse_args(substitute(agent["args"], {"NODE_NAME": "node-1"}))
+    assert args.node_name == "node-1"
+    assert args.host_root == Path("/host")
+    assert args.state_dir == Path("/var/lib/kondor/state")
+    assert args.execute_dir == Path("/var/lib/kondor/execute")
+    assert args.metrics_port == 9102
+    hooks = next(m for m in agent["volumeMounts"] if m["name"] == "hooks")["mountPath"]
+    # The chart mounts the hooks where the agent looks for them by default.
+    assert getattr(args, "hooks_dir", Path("/etc/kondor/hooks")) == Path(hooks)
+
+
+def test_agent_scheduling_comes_from_values(helm: Path) -> None:
+    objects = render(
+        helm,
+        "--set",
+        "agent.nodeSelector.kondor\\.io/pool=gpu",
+        "--set",
+        "agent.tolerations[0].key=nvidia.com/gpu",
+        "--set",
+        "agent.tolerations[0].operator=Exists",
+        "--set",
+        "agent.tolerations[0].effect=NoSchedule",
+    )
+    pod = find(objects, "DaemonSet")["spec"]["template"]["spec"]
+    assert pod["nodeSelector"] == {"kubernetes.io/os": "linux", "kondor.io/pool": "gpu"}
+    assert pod["tolerations"] == [
+        {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
+    ]
+
+
+def test_utmp_is_mounted_only_when_asked(helm: Path) -> None:
+    objects = render(helm, "--set", "agent.hostPaths.utmp=/var/run/utmp", crds=False)
+    pod = find(objects, "DaemonSet")["spec"]["template"]["spec"]
+    assert {"name": "host-utmp", "hostPath": {"path": "/var/run/utmp", "type": "File"}} in pod[
+        "volumes"
+    ]
+
+
+# --- RBAC ------------------------------------------------------------------------------------
+
+
+def _rules(objects: list[dict[str, Any]]) -> list[tuple[str, dict[str, Any]]]:
+    return [
+        (f"{o['kind']}/{o['metadata']['name']}", rule)
+        for o in objects
+        if o["kind"] in ("Role", "ClusterRole")
+        for rule in o.get("rules", [])
+    ]
+
+
+def test_no_rule_grants_wildcards(helm: Path) -> None:
+    objects = render(helm, "--set", "serviceMonitor.enabled=true")
+    rules = _rules(objects)
+    assert rules
+    for where, rule in rules:
+        for field in ("verbs", "resources", "apiGroups", "resourceNames"):
+            assert "*" not in rule.get(field, []), f"{where}: {field} has '*': {rule}"
+        assert "nonResourceURLs" not in rule, where
+
+
+def _allowed(objects: list[dict[str, Any]], account: str) -> set[tuple[str, str, str, str]]:
+    """(namespace or '*', group, resource, verb) that the account's roles grant."""
+    roles = {
+        (o["kind"], o["metadata"].get("namespace"), o["metadata"]["name"]): o
+        for o in objects
+        if o["kind"] in ("Role", "ClusterRole")
+    }
+    allowed = set()
+    for binding in objects:
+        if binding["kind"] not in ("RoleBinding", "ClusterRoleBinding"):
+            continue
+        if not any(s["name"] == account for s in binding["subjects"]):
+            continue
+        namespace = binding["metadata"].get("namespace")
+        ref = binding["roleRef"]
+        role = roles[(ref["kind"], namespace if ref["kind"] == "Role" else None, ref["name"])]
+        for rule in role["rules"]:
+            for group in rule["apiGroups"]:
+                for resource in rule["resources"]:
+                    for verb in rule["verbs"]:
+                        allowed.add((namespace or "*", group, resource, verb))
+    return allowed
+
+
+@pytest.mark.parametrize(
+    ("permission", "granted"),
+    [
+        (("*", "", "nodes", "watch"), True),
+        (("*", "kondor.io", "executionpoints", "create"), True),
+        (("*", "kondor.io", "executionpoints", "delete"), True),
+        (("*", "kondor.io", "executionpoints/status", "patch"), True),
+        (("*", "kondor.io", "slotpolicies/status", "patch"), True),
+        (("*", "kondor.io", "slotpolicies", "patch"), False),  # the admin's spec
+        (("*", "apiextensions.k8s.io", "customresourcedefinitions", "list"), True),
+        ((NAMESPACE, "coordination.k8s.io", "leases", "patch"), True),
+        (("*", "coordination.k8s.io", "leases", "patch"), False),
+        (("default", "", "events", "create"), True),
+        (("*", "", "secrets", "get"), False),
+        (("*", "", "pods", "create"), False),
+        (("*", "admissionregistration.k8s.io", "validatingwebhookconfigurations", "patch"), False),
+    ],
+)
+def test_operator_permissions(
+    objects: list[dict[str, Any]], permission: tuple[str, str, str, str], granted: bool
+) -> None:
+    assert (permission in _allowed(objects, OPERATOR)) is granted
+
+
+@pytest.mark.parametrize(
+    ("permission", "granted"),
+    [
+        (("*", "", "nodes", "get"), True),
+        (("*", "", "nodes", "list"), False),
+        (("*", "kondor.io", "executionpoints", "watch"), True),
+        (("*", "kondor.io", "executionpoints/status", "patch"), True),
+        (("*", "kondor.io", "executionpoints", "patch"), False),  # the spec is the operator's
+        (("*", "kondor.io", "executionpoints", "delete"), False),
+        (("*", "kondor.io", "slotpolicies", "get"), True),
+        (("*", "kondor.io", "slotpolicies", "list"), False),
+        ((NAMESPACE, "", "pods", "create"), True),
+        ((NAMESPACE, "", "pods", "delete"), True),
+        (("*", "", "pods", "create"), False),  # only in the jobs' namespace
+        (("default", "", "pods", "create"), False),
+        (("*", "", "secrets", "get"), False),
+        ((NAMESPACE, "", "secrets", "get"), False),
+    ],
+)
+def test_agent_permissions(
+    objects: list[dict[str, Any]], permission: tuple[str, str, str, str], granted: bool
+) -> None:
+    assert (permission in _allowed(objects, AGENT)) is granted
+
+
+def test_job_pods_namespace_moves_the_agents_pod_rights(helm: Path) -> None:
+    objects = render(helm, "--set", "agent.jobPods.namespace=batch", crds=False)
+    allowed = _allowed(objects, AGENT)
+    assert ("batch", "", "pods", "create") in allowed
+    assert (NAMESPACE, "", "pods", "create") not in allowed
+
+
+# --- optional parts and values ---------------------------------------------------------------
+
+
+def test_service_monitor_is_optional(objects: list[dict[str, Any]], helm: Path) -> None:
+    assert not [o for o in objects if o["kind"] == "ServiceMonitor"]
+    with_monitor = render(helm, "--set", "serviceMonitor.enabled=true", crds=False)
+    monitor = find(with_monitor, "ServiceMonitor")
+    assert monitor["spec"]["endpoints"][0]["port"] == "metrics"
+    selected = [
+        o["metadata"]["name"]
+        for o in with_monitor
+        if o["kind"] == "Service"
+        and monitor["spec"]["selector"]["matchLabels"].items() <= o["metadata"]["labels"].items()
+    ]
+    assert sorted(selected) == [f"{AGENT}-metrics", f"{OPERATOR}-metrics"]
+
+
+@pytest.mark.parametrize(
+    ("setting", "complaint"),
+    [
+        ("operator.replicas=two", "operator.replicas: Invalid type. Expected: integer"),
+        ("webhook.failurePolicy=Sometimes", "webhook.failurePolicy"),
+        ("agent.hostPaths.stateDir=relative/dir", "agent.hostPaths.stateDir"),
+        ("operator.replicaz=2", "Additional property replicaz is not allowed"),
+    ],
+)
+def test_schema_rejects_bad_values(helm: Path, setting: str, complaint: str) -> None:
+    for command in (["template", "t"], ["lint", "--strict"]):
+        result = run_helm(helm, *command, str(CHART), "--set-string", setting)
+        assert result.returncode != 0, f"helm {command[0]} accepted {setting}"
+        assert complaint in result.stdout + result.stderr
+
+
+def test_notes_say_what_to_run_next() -> None:
+    notes = (CHART / "templates" / "NOTES.txt").read_text()
+    assert "kubectl get executionpoints" in notes
+    assert "kind: SlotPolicy" in notes
