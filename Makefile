@@ -55,7 +55,10 @@ bench: venv ## Benchmarks with their baselines
 bench-devcluster: controlplane ## The dev cluster's ceiling: start-up, patch rate, 1,000 kwok nodes
 	$(BIN)/python bench/bench_devcluster.py
 
-.PHONY: help venv fmt lint typecheck crds crds-check test unit check bench bench-devcluster
+bench-fleet: controlplane ## 1,000 nodes: API writes at steady state and after a policy change (~10 min)
+	$(BIN)/python bench/bench_fleet.py
+
+.PHONY: help venv fmt lint typecheck crds crds-check test unit check bench bench-devcluster bench-fleet
 
 ##@ Development cluster
 controlplane: venv ## Build kube-apiserver, etcd, controller manager, scheduler and kwok (cached)
