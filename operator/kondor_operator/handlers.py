@@ -87,8 +87,19 @@ def register(
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
 
+    # What each Node looked like when last reconciled: kubelets (and kwok) write node status
+    # every few seconds, and only a new node, new labels or a deletion matter here.
+    seen_nodes: dict[str, NodeFacts] = {}
+
     @kopf.on.event(group="", version="v1", plural="nodes", id="node-changed", registry=registry)
-    def node_changed(name: str, **_: Any) -> None:
+    def node_changed(name: str, body: kopf.Body, type: str | None, **_: Any) -> None:
+        if type == "DELETED":
+            seen_nodes.pop(name, None)
+        else:
+            facts = node_entry(body)
+            if seen_nodes.get(name) == facts:
+                return
+            seen_nodes[name] = facts
         reconciler.touch(name)
 
     @kopf.on.event(
