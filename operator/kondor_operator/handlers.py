@@ -21,6 +21,7 @@ from kondor_core.fleet import NodeFacts, ObservedPolicy, admission_message, chec
 from kondor_operator.kube import EXECUTION_POINTS, SLOT_POLICIES
 from kondor_operator.reconciler import (
     ExecutionPointEntry,
+    NodeChanges,
     Reconciler,
     execution_point_entry,
     node_entry,
@@ -87,20 +88,12 @@ def register(
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
 
-    # What each Node looked like when last reconciled: kubelets (and kwok) write node status
-    # every few seconds, and only a new node, new labels or a deletion matter here.
-    seen_nodes: dict[str, NodeFacts] = {}
+    node_changes = NodeChanges()
 
     @kopf.on.event(group="", version="v1", plural="nodes", id="node-changed", registry=registry)
     def node_changed(name: str, body: kopf.Body, type: str | None, **_: Any) -> None:
-        if type == "DELETED":
-            seen_nodes.pop(name, None)
-        else:
-            facts = node_entry(body)
-            if seen_nodes.get(name) == facts:
-                return
-            seen_nodes[name] = facts
-        reconciler.touch(name)
+        if node_changes.matter(name, body, type):
+            reconciler.touch(name)
 
     @kopf.on.event(
         GROUP, VERSION, EXECUTION_POINTS, id="execution-point-changed", registry=registry

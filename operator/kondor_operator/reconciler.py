@@ -86,6 +86,27 @@ def node_entry(body: Mapping[str, Any]) -> NodeFacts:
     )
 
 
+class NodeChanges:
+    """Which Node watch events matter: a new node, new labels or uid, or a deletion.
+
+    Kubelets (and kwok) write node status every few seconds; reconciling on each of those
+    would spend the operator's CPU on nothing (seen in bench/bench_fleet.py).
+    """
+
+    def __init__(self) -> None:
+        self._seen: dict[str, NodeFacts] = {}
+
+    def matter(self, name: str, body: Mapping[str, Any], event_type: str | None) -> bool:
+        if event_type == "DELETED":
+            self._seen.pop(name, None)
+            return True
+        facts = node_entry(body)
+        if self._seen.get(name) == facts:
+            return False
+        self._seen[name] = facts
+        return True
+
+
 def execution_point_entry(body: Mapping[str, Any]) -> ExecutionPointEntry:
     metadata = body.get("metadata") or {}
     spec = body.get("spec") or {}
