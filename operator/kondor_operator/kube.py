@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import socket
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -110,8 +110,15 @@ class Kube:
         self.instance = instance
 
     @staticmethod
-    def _benign(error: ApiException) -> bool:
-        return error.status in (404, 409)
+    def _applied(call: Callable[..., Any], *args: Any, **kwargs: Any) -> bool:
+        """Make the call; False when it met 404 or 409, which the next event settles."""
+        try:
+            call(*args, **kwargs)
+        except ApiException as error:
+            if error.status in (404, 409):
+                return False
+            raise
+        return True
 
     def create_execution_point(self, manifest: Mapping[str, Any]) -> str | None:
         """Create the ExecutionPoint; its uid, or None if it exists already."""
@@ -127,46 +134,30 @@ class Kube:
         return str(metadata.get("uid", ""))
 
     def patch_execution_point(self, name: str, patch: Mapping[str, Any]) -> bool:
-        try:
-            self.objects.patch_cluster_custom_object(
-                GROUP, VERSION, EXECUTION_POINTS, name, dict(patch), _content_type=MERGE_PATCH
-            )
-        except ApiException as error:
-            if self._benign(error):
-                return False
-            raise
-        return True
+        return self._applied(
+            self.objects.patch_cluster_custom_object,
+            *(GROUP, VERSION, EXECUTION_POINTS, name, dict(patch)),
+            _content_type=MERGE_PATCH,
+        )
 
     def patch_execution_point_status(self, name: str, patch: Mapping[str, Any]) -> bool:
-        try:
-            self.objects.patch_cluster_custom_object_status(
-                GROUP, VERSION, EXECUTION_POINTS, name, dict(patch), _content_type=MERGE_PATCH
-            )
-        except ApiException as error:
-            if self._benign(error):
-                return False
-            raise
-        return True
+        return self._applied(
+            self.objects.patch_cluster_custom_object_status,
+            *(GROUP, VERSION, EXECUTION_POINTS, name, dict(patch)),
+            _content_type=MERGE_PATCH,
+        )
 
     def delete_execution_point(self, name: str) -> bool:
-        try:
-            self.objects.delete_cluster_custom_object(GROUP, VERSION, EXECUTION_POINTS, name)
-        except ApiException as error:
-            if self._benign(error):
-                return False
-            raise
-        return True
+        return self._applied(
+            self.objects.delete_cluster_custom_object, GROUP, VERSION, EXECUTION_POINTS, name
+        )
 
     def patch_slot_policy_status(self, name: str, patch: Mapping[str, Any]) -> bool:
-        try:
-            self.objects.patch_cluster_custom_object_status(
-                GROUP, VERSION, SLOT_POLICIES, name, dict(patch), _content_type=MERGE_PATCH
-            )
-        except ApiException as error:
-            if self._benign(error):
-                return False
-            raise
-        return True
+        return self._applied(
+            self.objects.patch_cluster_custom_object_status,
+            *(GROUP, VERSION, SLOT_POLICIES, name, dict(patch)),
+            _content_type=MERGE_PATCH,
+        )
 
     def post_event(self, ref: ObjectRef, event: Event) -> None:
         """Post a core/v1 Event; a failure is logged, never raised (Events are best effort)."""
