@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import logging
+import os
 import threading
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -13,14 +14,16 @@ from typing import Any, Protocol, cast
 from kubernetes import client, config, watch
 from kubernetes.client.exceptions import ApiException
 
-from kondor_core.api import GROUP, VERSION
+from kondor_core.api import (
+    EXECUTION_POINTS,
+    GROUP,
+    MERGE_PATCH,
+    SLOT_POLICIES,
+    VERSION,
+    kube_config_source,
+)
 
 log = logging.getLogger("kondor_agent")
-
-EXECUTION_POINTS = "executionpoints"
-SLOT_POLICIES = "slotpolicies"
-#: Merge patches (RFC 7386): a map is patched key by key, so `status.operator` stays untouched.
-MERGE_PATCH = "application/merge-patch+json"
 
 
 class NotFoundError(LookupError):
@@ -49,18 +52,23 @@ class KubernetesAPI:
 
     @classmethod
     def connect(cls, kubeconfig: Path | None = None, context: str | None = None) -> KubernetesAPI:
-        """In a pod, its ServiceAccount; elsewhere a kubeconfig as kubectl finds it
-        (`--kubeconfig`, else $KUBECONFIG, else ~/.kube/config) and `--context`."""
-        if kubeconfig is None and context is None:
+        """The client's configuration from where `kondor_core.api.kube_config_source` says:
+        `--kubeconfig`, else $KUBECONFIG, else the pod's ServiceAccount, else ~/.kube/config,
+        with `--context`. The `kubernetes` client reads and merges the kubeconfig files."""
+        source = kube_config_source(kubeconfig, context, os.environ)
+        configuration = client.Configuration()
+        if source.in_cluster:
             try:
-                config.load_incluster_config()  # type: ignore[no-untyped-call]
-                return cls(client.ApiClient())
+                config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
+                return cls(client.ApiClient(configuration))
             except config.ConfigException:
-                pass
-        api_client = config.new_client_from_config(  # type: ignore[no-untyped-call]
-            config_file=str(kubeconfig) if kubeconfig is not None else None, context=context
+                pass  # not in a pod
+        config.load_kube_config(  # type: ignore[no-untyped-call]
+            config_file=source.config_file,
+            context=source.context,
+            client_configuration=configuration,
         )
-        return cls(cast("client.ApiClient", api_client))
+        return cls(client.ApiClient(configuration))
 
     def _get(self, plural: str, name: str) -> dict[str, Any] | None:
         try:

@@ -8,13 +8,22 @@ from pathlib import Path
 import yaml
 from pydantic import ValidationError
 
-from kondor_core.api import InvalidObjectError, Machine, SlotPolicy, describe_errors, validate
+from kondor_core.api import (
+    InvalidObjectError,
+    Machine,
+    SlotPolicy,
+    describe_errors,
+    parse_machine_file,
+    validate,
+)
 
 log = logging.getLogger("kondor_agent")
 
 
 def load(path: Path, model: type[Machine] | type[SlotPolicy]) -> Machine | SlotPolicy:
     """Parse a machine file or a SlotPolicy manifest; errors name the file."""
+    if model is Machine:
+        return load_machine(path)
     try:
         data = yaml.safe_load(path.read_text())
     except (OSError, yaml.YAMLError) as err:
@@ -26,9 +35,12 @@ def load(path: Path, model: type[Machine] | type[SlotPolicy]) -> Machine | SlotP
 
 
 def load_machine(path: Path) -> Machine:
-    machine = load(path, Machine)
-    assert isinstance(machine, Machine)
-    return machine
+    """The machine file at `path` (`kondor_core.api.parse_machine_file`); errors name it."""
+    try:
+        text = path.read_text()
+    except OSError as err:
+        raise InvalidObjectError(str(path), [f"cannot read it: {err}"]) from None
+    return parse_machine_file(text, str(path))
 
 
 class MachineFile:

@@ -21,30 +21,14 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from kondor_core.api import apply_merge_patch, merge_patch
+
+__all__ = ["AGENT_FIELDS", "Coalescer", "apply_merge_patch", "merge_patch", "significant"]
+
 #: The status fields the agent writes; `operator` is the operator's subtree.
 AGENT_FIELDS = ("summary", "slots", "conditions", "lastHeartbeat", "policy", "machine")
 #: Status fields that are not part of a change: the heartbeat is its own reason to write.
 _UNCHANGING = ("lastHeartbeat",)
-
-
-def merge_patch(old: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str, Any]:
-    """The JSON merge patch that turns `old` into `new` (keys gone from `new` become null).
-
-    Lists are replaced whole, as merge patches do; a map is patched key by key.
-    """
-    patch: dict[str, Any] = {}
-    for key, value in new.items():
-        before = old.get(key)
-        if isinstance(value, Mapping) and isinstance(before, Mapping):
-            sub = merge_patch(before, value)
-            if sub:
-                patch[key] = sub
-        elif key not in old or before != value or type(before) is not type(value):
-            patch[key] = value
-    for key in old:
-        if key not in new:
-            patch[key] = None
-    return patch
 
 
 def significant(document: Mapping[str, Any], volatile: Collection[str]) -> dict[str, Any]:
@@ -142,17 +126,3 @@ class Coalescer:
         self._retry_at = now + self.retry
         if self.changed_since is None and self.last_write is None:
             self.changed_since = now
-
-
-def apply_merge_patch(target: Mapping[str, Any], patch: Mapping[str, Any]) -> dict[str, Any]:
-    """RFC 7386: `patch` applied to `target`."""
-    out = dict(target)
-    for key, value in patch.items():
-        if value is None:
-            out.pop(key, None)
-        elif isinstance(value, Mapping):
-            before = out.get(key)
-            out[key] = apply_merge_patch(before if isinstance(before, Mapping) else {}, value)
-        else:
-            out[key] = value
-    return out

@@ -8,7 +8,14 @@ from typing import Any
 
 import yaml
 
-from kondor_core.api import ExecutionJob, Machine, SlotPolicy, validate
+from kondor_core.api import (
+    ExecutionJob,
+    InvalidObjectError,
+    Machine,
+    SlotPolicy,
+    parse_machine_file,
+    validate,
+)
 from kondor_core.classads import parse_ad
 from kondor_core.policy.scenario import Scenario, load_scenario
 
@@ -43,10 +50,14 @@ def _check_kind(path: Path, data: dict[str, Any], kind: str) -> None:
 
 
 def load_machine(path: Path) -> Machine:
-    data = _mapping(path, read_yaml(path), "a machine description")
+    """The machine file at `path` (`kondor_core.api.parse_machine_file`); errors name it."""
     try:
-        return validate(Machine, data, what=str(path))
-    except ValueError as err:
+        text = path.read_text()
+    except OSError as err:
+        raise UserError(f"{path}: cannot read it ({err.strerror})") from None
+    try:
+        return parse_machine_file(text, str(path))
+    except InvalidObjectError as err:
         raise UserError(str(err)) from None
 
 

@@ -7,12 +7,13 @@ LoadAv, Mem, ActvtyTime), then the totals by Arch/OpSys and state. `-long` print
 in ClassAd form, `-af` the values of the named attributes (or expressions), `-constraint`
 keeps the ads for which the expression is TRUE, evaluated by classad2 with MY = the slot ad,
 as condor_status does. The cluster is reached as kubectl reaches it: `--kubeconfig`, else
-$KUBECONFIG, else ~/.kube/config, and `--context`.
+$KUBECONFIG, else the pod's ServiceAccount, else ~/.kube/config, and `--context`.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -23,7 +24,7 @@ import classad2
 
 from kondor_cli.files import UserError
 from kondor_cli.render import table
-from kondor_core.api import GROUP, VERSION
+from kondor_core.api import EXECUTION_POINTS, GROUP, VERSION, kube_config_source
 from kondor_core.classads import ExpressionError, parse_expr
 from kondor_core.slots import SlotAd
 
@@ -204,22 +205,31 @@ Fetch = Callable[[argparse.Namespace], list[dict[str, Any]]]
 
 
 def fetch_execution_points(args: argparse.Namespace) -> list[dict[str, Any]]:
-    """The ExecutionPoints, read as kubectl would with `--kubeconfig` / $KUBECONFIG and
-    `--context`."""
+    """The ExecutionPoints, read as kubectl would: `--kubeconfig`, else $KUBECONFIG, else the
+    pod's ServiceAccount, else ~/.kube/config (`kondor_core.api.kube_config_source`), with
+    `--context`; the `kubernetes` client reads and merges the kubeconfig files."""
     from kubernetes import client, config  # noqa: PLC0415 - only this command needs it
     from kubernetes.client.exceptions import ApiException  # noqa: PLC0415
-    from kubernetes.config.config_exception import ConfigException  # noqa: PLC0415
 
-    path = str(args.kubeconfig) if args.kubeconfig else os.environ.get("KUBECONFIG")
+    source = kube_config_source(args.kubeconfig, args.context, os.environ)
+    configuration = client.Configuration()
+    in_pod = False
+    if source.in_cluster:
+        with contextlib.suppress(config.ConfigException):  # not in a pod
+            config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
+            in_pod = True
+    if not in_pod:
+        try:
+            config.load_kube_config(  # type: ignore[no-untyped-call]
+                config_file=source.config_file,
+                context=source.context,
+                client_configuration=configuration,
+            )
+        except (config.ConfigException, OSError) as err:
+            raise UserError(f"cannot load the kubeconfig: {err}") from None
+    objects = client.CustomObjectsApi(client.ApiClient(configuration))
     try:
-        api_client = config.new_client_from_config(  # type: ignore[no-untyped-call]
-            config_file=path or os.path.expanduser("~/.kube/config"), context=args.context
-        )
-    except (ConfigException, OSError) as err:
-        raise UserError(f"cannot load the kubeconfig: {err}") from None
-    objects = client.CustomObjectsApi(api_client)
-    try:
-        listing = objects.list_cluster_custom_object(GROUP, VERSION, "executionpoints")
+        listing = objects.list_cluster_custom_object(GROUP, VERSION, EXECUTION_POINTS)
     except ApiException as err:
         raise UserError(f"cannot list executionpoints: {err.status} {err.reason}") from None
     except OSError as err:

@@ -21,7 +21,7 @@ from typing import Any
 
 import yaml
 
-from kondor_core.api.machine import Machine
+from kondor_core.api import InvalidObjectError, Machine, parse_machine_file
 from kondor_devcluster.components import KWOK_NODE_ANNOTATION, KWOK_NODE_ANNOTATION_VALUE
 
 SIM_DURATION_ANNOTATION = "kondor.io/sim-duration"
@@ -35,15 +35,17 @@ _DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9
 
 
 def load_machine(path: Path) -> Machine:
-    """Parse a machine file; errors name the file."""
+    """Parse a machine file (`kondor_core.api.parse_machine_file`); errors name the file, and
+    each problem its field and value."""
     try:
-        data = yaml.safe_load(path.read_text())
-    except (OSError, yaml.YAMLError) as error:
+        text = path.read_text()
+    except OSError as error:
         raise ValueError(f"{path}: cannot read the machine file: {error}") from error
     try:
-        return Machine.model_validate(data)
-    except ValueError as error:
-        raise ValueError(f"{path}: not a machine description: {error}") from error
+        return parse_machine_file(text, str(path))
+    except InvalidObjectError as error:
+        problems = "; ".join(error.problems)
+        raise ValueError(f"{path}: not a machine description: {problems}") from None
 
 
 def _quantity(value: float) -> str:

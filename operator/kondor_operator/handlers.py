@@ -16,9 +16,8 @@ from typing import Any
 
 import kopf
 
-from kondor_core.api import GROUP, VERSION
+from kondor_core.api import EXECUTION_POINTS, GROUP, SLOT_POLICIES, VERSION
 from kondor_core.fleet import NodeFacts, ObservedPolicy, admission_message, check_policy
-from kondor_operator.kube import EXECUTION_POINTS, SLOT_POLICIES
 from kondor_operator.reconciler import (
     ExecutionPointEntry,
     NodeChanges,

@@ -8,6 +8,7 @@ with these methods and tests can hand it a fake.
 from __future__ import annotations
 
 import logging
+import os
 import socket
 import uuid
 from collections.abc import Callable, Mapping
@@ -19,14 +20,20 @@ from typing import Any
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
-from kondor_core.api import GROUP, VERSION
+from kondor_core.api import (
+    API_VERSION,
+    EXECUTION_POINTS,
+    GROUP,
+    MERGE_PATCH,
+    SLOT_POLICIES,
+    VERSION,
+    format_time,
+    kube_config_source,
+)
 from kondor_core.fleet import Event
 
 logger = logging.getLogger(__name__)
 
-EXECUTION_POINTS = "executionpoints"
-SLOT_POLICIES = "slotpolicies"
-MERGE_PATCH = "application/merge-patch+json"
 COMPONENT = "kondor-operator"
 #: Events about cluster-scoped objects (Nodes, ExecutionPoints, SlotPolicies) live here, as
 #: the kubelet's Node events do; `kubectl describe` finds them.
@@ -34,18 +41,20 @@ EVENTS_NAMESPACE = "default"
 
 
 def load_configuration(kubeconfig: Path | None, context: str | None) -> client.Configuration:
-    """In a pod, its ServiceAccount; elsewhere a kubeconfig as kubectl finds it (`--kubeconfig`,
-    else $KUBECONFIG, else ~/.kube/config) with `--context`."""
+    """The client's configuration from where `kondor_core.api.kube_config_source` says:
+    `--kubeconfig`, else $KUBECONFIG, else the pod's ServiceAccount, else ~/.kube/config,
+    with `--context`. The `kubernetes` client reads and merges the kubeconfig files."""
+    source = kube_config_source(kubeconfig, context, os.environ)
     configuration = client.Configuration()
-    if kubeconfig is None and context is None:
+    if source.in_cluster:
         try:
             config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
             return configuration
         except config.ConfigException:
-            pass
+            pass  # not in a pod
     config.load_kube_config(  # type: ignore[no-untyped-call]
-        config_file=str(kubeconfig) if kubeconfig is not None else None,
-        context=context,
+        config_file=source.config_file,
+        context=source.context,
         client_configuration=configuration,
     )
     return configuration
@@ -68,10 +77,6 @@ def default_identity() -> str:
     return f"{socket.gethostname()}_{uuid.uuid4().hex[:8]}"
 
 
-def _now() -> str:
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
 @dataclass(frozen=True)
 class ObjectRef:
     """An Event's involvedObject."""
@@ -89,11 +94,11 @@ class ObjectRef:
 
 
 def execution_point_ref(name: str, uid: str | None) -> ObjectRef:
-    return ObjectRef(f"{GROUP}/{VERSION}", "ExecutionPoint", name, uid)
+    return ObjectRef(API_VERSION, "ExecutionPoint", name, uid)
 
 
 def slot_policy_ref(name: str, uid: str | None) -> ObjectRef:
-    return ObjectRef(f"{GROUP}/{VERSION}", "SlotPolicy", name, uid)
+    return ObjectRef(API_VERSION, "SlotPolicy", name, uid)
 
 
 def node_ref(name: str, uid: str | None) -> ObjectRef:
@@ -161,7 +166,7 @@ class Kube:
 
     def post_event(self, ref: ObjectRef, event: Event) -> None:
         """Post a core/v1 Event; a failure is logged, never raised (Events are best effort)."""
-        now = _now()
+        now = format_time(datetime.now(UTC))
         body = client.CoreV1Event.from_dict(
             {
                 "metadata": {"generateName": f"{ref.name}."},

@@ -28,7 +28,7 @@ from typing import Any
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from kondor_operator.kube import MERGE_PATCH
+from kondor_core.api import MERGE_PATCH, format_micro_time
 
 logger = logging.getLogger(__name__)
 
@@ -87,11 +87,6 @@ def may_take(record: LeaseRecord, identity: str, observed_at: float, now: float)
     return now - observed_at > record.duration
 
 
-def micro_time(now: datetime) -> str:
-    """A metav1.MicroTime: RFC 3339 with exactly six fraction digits."""
-    return now.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-
-
 def take_patch(
     record: LeaseRecord, identity: str, duration: float, now: datetime
 ) -> dict[str, Any]:
@@ -100,10 +95,10 @@ def take_patch(
     spec: dict[str, Any] = {
         "holderIdentity": identity,
         "leaseDurationSeconds": round(duration),
-        "renewTime": micro_time(now),
+        "renewTime": format_micro_time(now),
     }
     if record.holder != identity:
-        spec["acquireTime"] = micro_time(now)
+        spec["acquireTime"] = format_micro_time(now)
         spec["leaseTransitions"] = record.transitions + (1 if record.holder else 0)
     return {"metadata": {"resourceVersion": record.resource_version}, "spec": spec}
 
@@ -112,7 +107,11 @@ def release_patch(record: LeaseRecord, now: datetime) -> dict[str, Any]:
     """Step down: no holder, so the next candidate need not wait for the lease to lapse."""
     return {
         "metadata": {"resourceVersion": record.resource_version},
-        "spec": {"holderIdentity": None, "leaseDurationSeconds": 1, "renewTime": micro_time(now)},
+        "spec": {
+            "holderIdentity": None,
+            "leaseDurationSeconds": 1,
+            "renewTime": format_micro_time(now),
+        },
     }
 
 

@@ -78,7 +78,12 @@ def parser() -> argparse.ArgumentParser:
         description="Keep one ExecutionPoint per node a SlotPolicy selects; validate SlotPolicies.",
     )
     add = p.add_argument
-    add("--kubeconfig", type=Path, default=_env("kubeconfig"), help="kubeconfig (else in-cluster)")
+    add(
+        "--kubeconfig",
+        type=Path,
+        default=_env("kubeconfig"),
+        help="kubeconfig (default $KUBECONFIG, else in-cluster, else ~/.kube/config)",
+    )
     add("--context", default=_env("context"), help="kubeconfig context")
     add(
         "--namespace",

@@ -17,11 +17,19 @@ import logging
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from kubernetes.client.exceptions import ApiException
+from pydantic import BaseModel, ValidationError
 
-from kondor_core.api import ResolvedPolicy
+from kondor_core.api import (
+    ExecutionPointSpec,
+    ExecutionPointStatus,
+    ObjectMeta,
+    OperatorStatus,
+    SlotPolicyStatus,
+    describe_errors,
+)
 from kondor_core.fleet import (
     DEFAULT_UPDATE_INTERVAL,
     MANAGED_BY,
@@ -40,6 +48,7 @@ from kondor_core.fleet import (
     PolicyCandidate,
     check_policy,
     heartbeat_state,
+    heartbeat_word,
     plan_execution_points,
     plan_policy_statuses,
     policy_counts,
@@ -52,6 +61,7 @@ logger = logging.getLogger(__name__)
 
 #: kopf's index: key -> the values the indexed objects gave for it.
 Index = Mapping[str, Collection[Any]]
+M = TypeVar("M", bound=BaseModel)
 
 
 class Writer(Protocol):
@@ -66,6 +76,24 @@ class Writer(Protocol):
 
 
 # ---- index values: what each watched object contributes -----------------------------------
+#
+# Bodies are read through the kondor_core.api models (which copy them: kopf's bodies are live
+# views of the watch stream). Metadata comes from the API server and is trusted to parse. A
+# status that does not parse (an older version's, a hand edit) is read as empty, with a
+# warning, and the operator's next write replaces its own part of it.
+
+
+def _metadata(body: Mapping[str, Any]) -> ObjectMeta:
+    return ObjectMeta.model_validate(dict(body.get("metadata") or {}))
+
+
+def _read(model: type[M], data: Any, what: str, default: M) -> M:
+    """`data` as `model`; `default`, with a warning naming the fields, when it is not one."""
+    try:
+        return model.model_validate(data if data is not None else {})
+    except ValidationError as error:
+        logger.warning("%s ignored: %s", what, "; ".join(describe_errors(error)))
+        return default
 
 
 @dataclass(frozen=True)
@@ -78,12 +106,8 @@ class ExecutionPointEntry:
 
 
 def node_entry(body: Mapping[str, Any]) -> NodeFacts:
-    metadata = body.get("metadata") or {}
-    return NodeFacts(
-        name=str(metadata.get("name")),
-        uid=str(metadata.get("uid", "")),
-        labels=dict(metadata.get("labels") or {}),
-    )
+    metadata = _metadata(body)
+    return NodeFacts(name=metadata.name, uid=metadata.uid or "", labels=dict(metadata.labels))
 
 
 class NodeChanges:
@@ -107,51 +131,71 @@ class NodeChanges:
         return True
 
 
-def execution_point_entry(body: Mapping[str, Any]) -> ExecutionPointEntry:
-    metadata = body.get("metadata") or {}
-    spec = body.get("spec") or {}
-    status = body.get("status") or {}
-    policy_data = spec.get("policy")
-    policy = None
-    if isinstance(policy_data, Mapping) and policy_data.get("name"):
-        policy = ResolvedPolicy(
-            name=str(policy_data["name"]),
-            generation=int(policy_data.get("generation") or 0),
-            hash=str(policy_data.get("hash") or ""),
+def _execution_point_status(name: str, raw: Any) -> ExecutionPointStatus:
+    """The status as the agent and the operator wrote it; what parses of it when a part
+    does not (the agent's heartbeat and the operator's own subtree are read apart)."""
+    try:
+        return ExecutionPointStatus.model_validate(raw if raw is not None else {})
+    except ValidationError as error:
+        logger.warning(
+            "ExecutionPoint %s: status partly ignored: %s",
+            name,
+            "; ".join(describe_errors(error, prefix="status")),
         )
+    raw = raw if isinstance(raw, Mapping) else {}
+    heartbeat = raw.get("lastHeartbeat")
+    return ExecutionPointStatus(
+        last_heartbeat=heartbeat if isinstance(heartbeat, str) else None,
+        operator=_read(
+            OperatorStatus,
+            raw.get("operator"),
+            f"ExecutionPoint {name}: status.operator",
+            OperatorStatus(),
+        ),
+    )
+
+
+def execution_point_entry(body: Mapping[str, Any]) -> ExecutionPointEntry:
+    metadata = _metadata(body)
+    name = metadata.name
+    spec = _read(
+        ExecutionPointSpec,
+        body.get("spec"),
+        f"ExecutionPoint {name}: spec",
+        ExecutionPointSpec(node_name=""),
+    )
+    status = _execution_point_status(name, body.get("status"))
     owners = [
-        ref
-        for ref in metadata.get("ownerReferences") or []
-        if ref.get("kind") == "Node" and ref.get("apiVersion") == "v1"
+        ref for ref in metadata.owner_references if ref.kind == "Node" and ref.api_version == "v1"
     ]
-    labels = metadata.get("labels") or {}
-    slots = tuple(
-        (str(slot.get("state", "")), str(slot.get("activity", "")))
-        for slot in status.get("slots") or []
-        if isinstance(slot, Mapping)
-    )
     observed = ObservedExecutionPoint(
-        name=str(metadata.get("name")),
-        node_name=str(spec.get("nodeName", "")),
-        policy=policy,
-        managed=labels.get(MANAGED_BY_LABEL) == MANAGED_BY,
-        owner_uid=str(owners[0].get("uid")) if owners else None,
-        deleting=bool(metadata.get("deletionTimestamp")),
-        last_heartbeat=status.get("lastHeartbeat"),
-        operator_status=json.loads(json.dumps(status.get("operator") or {})),
+        name=name,
+        node_name=spec.node_name,
+        policy=spec.policy if spec.policy is not None and spec.policy.name else None,
+        managed=metadata.labels.get(MANAGED_BY_LABEL) == MANAGED_BY,
+        owner_uid=owners[0].uid if owners else None,
+        deleting=bool(metadata.deletion_timestamp),
+        last_heartbeat=status.last_heartbeat,
+        operator_status=status.operator,
     )
-    return ExecutionPointEntry(str(metadata.get("uid", "")), observed, slots)
+    slots = tuple((slot.state, slot.activity) for slot in status.slots)
+    return ExecutionPointEntry(metadata.uid or "", observed, slots)
 
 
 def slot_policy_entry(body: Mapping[str, Any]) -> ObservedPolicy:
-    metadata = body.get("metadata") or {}
+    metadata = _metadata(body)
     return ObservedPolicy(
-        name=str(metadata.get("name")),
-        uid=str(metadata.get("uid", "")),
-        generation=int(metadata.get("generation") or 0),
-        # Plain copies: kopf's bodies are live views of the watch stream.
+        name=metadata.name,
+        uid=metadata.uid or "",
+        generation=metadata.generation or 0,
+        # The spec as written (a plain copy): check_policy reports what is wrong with it.
         spec=json.loads(json.dumps(body.get("spec") or {})),
-        status=json.loads(json.dumps(body.get("status") or {})),
+        status=_read(
+            SlotPolicyStatus,
+            body.get("status"),
+            f"SlotPolicy {metadata.name}: status",
+            SlotPolicyStatus(),
+        ),
     )
 
 
@@ -267,7 +311,7 @@ class Reconciler:
             policy = entry.observed.policy
             interval = intervals.get(policy.name if policy else "", DEFAULT_UPDATE_INTERVAL)
             fresh = heartbeat_state(entry.observed.last_heartbeat, now, interval)[0]
-            heartbeats.append({True: "Fresh", False: "Stale", None: "Unknown"}[fresh])
+            heartbeats.append(heartbeat_word(fresh))
             slots.extend(entry.slots)
         self.metrics.observe_fleet(
             heartbeats, slots, {name: result.valid for name, result in checked.items()}

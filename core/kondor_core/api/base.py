@@ -7,11 +7,10 @@ from typing import Annotated, Any
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationInfo
 from pydantic.alias_generators import to_camel
 
+from kondor_core.api.meta import API_VERSION, GROUP, VERSION
 from kondor_core.classads import check_expr
 
-GROUP = "kondor.io"
-VERSION = "v1alpha1"
-API_VERSION = f"{GROUP}/{VERSION}"
+__all__ = ["API_VERSION", "GROUP", "VERSION", "ClassAdExpr", "Condition", "Model", "Quantity"]
 
 
 class Model(BaseModel):
@@ -48,6 +47,7 @@ Quantity = Annotated[
 ]
 
 
+# Built and updated by type with kondor_core.api.conditions.
 class Condition(Model):
     """A Kubernetes status condition (metav1.Condition)."""
 
@@ -56,4 +56,6 @@ class Condition(Model):
     reason: str = ""
     message: str = ""
     observed_generation: int | None = None
-    last_transition_time: str | None = None
+    last_transition_time: str | None = Field(
+        default=None, description="When status last changed (RFC 3339)"
+    )

@@ -10,14 +10,15 @@ unknown fields, and the webhook validates with the same models.
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass, field
 from typing import Any
 
 from pydantic import BaseModel
 
-from kondor_core.api.base import GROUP, VERSION
 from kondor_core.api.executionpoint import ExecutionPointSpec, ExecutionPointStatus
 from kondor_core.api.job import ExecutionJobSpec, ExecutionJobStatus
+from kondor_core.api.meta import EXECUTION_JOBS, EXECUTION_POINTS, GROUP, SLOT_POLICIES, VERSION
 from kondor_core.api.slotpolicy import SlotPolicySpec, SlotPolicyStatus
 
 _DROP = {"title", "default", "additionalProperties", "$defs", "x-kondor-classad"}
@@ -50,7 +51,7 @@ _AGE = _column("Age", ".metadata.creationTimestamp", "date")
 KINDS: tuple[Kind, ...] = (
     Kind(
         "SlotPolicy",
-        "slotpolicies",
+        SLOT_POLICIES,
         "Cluster",
         SlotPolicySpec,
         SlotPolicyStatus,
@@ -65,7 +66,7 @@ KINDS: tuple[Kind, ...] = (
     ),
     Kind(
         "ExecutionPoint",
-        "executionpoints",
+        EXECUTION_POINTS,
         "Cluster",
         ExecutionPointSpec,
         ExecutionPointStatus,
@@ -90,7 +91,7 @@ KINDS: tuple[Kind, ...] = (
     ),
     Kind(
         "ExecutionJob",
-        "executionjobs",
+        EXECUTION_JOBS,
         "Namespaced",
         ExecutionJobSpec,
         ExecutionJobStatus,
@@ -139,7 +140,8 @@ def structural(schema: dict[str, Any], defs: dict[str, Any] | None = None) -> di
         elif key == "items":
             out[key] = structural(value, defs)
         else:
-            out[key] = value
+            # A copy: a model used twice would share this value, and YAML would alias it.
+            out[key] = copy.deepcopy(value)
     additional = schema.get("additionalProperties")
     if isinstance(additional, dict) and "properties" not in schema:
         out["additionalProperties"] = structural(additional, defs)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import Field
 
@@ -66,6 +66,26 @@ class SlotSummary(Model):
     state: str = ""
 
 
+class OperatorStatus(Model):
+    """`status.operator` of an ExecutionPoint: the operator's subtree (the agent never writes
+    it): which SlotPolicy governs the node and why, and whether its agent reports."""
+
+    heartbeat: Literal["Fresh", "Stale", "Unknown"] = Field(
+        default="Unknown",
+        description="Fresh while the agent's lastHeartbeat is younger than three update "
+        "intervals; Unknown before its first report",
+    )
+    policy: str | None = Field(default=None, description="The SlotPolicy that governs the node")
+    priority: int | None = Field(default=None, description="That policy's spec.priority")
+    tie_with: list[str] = Field(
+        default_factory=list,
+        description="Policies of equal priority that select the node too (the first by name wins)",
+    )
+    conditions: list[Condition] = Field(
+        default_factory=list, description="HeartbeatFresh and PolicyTie"
+    )
+
+
 class ExecutionPointStatus(Model):
     """status of an ExecutionPoint: written by the agent, except `operator`."""
 
@@ -81,4 +101,6 @@ class ExecutionPointStatus(Model):
     machine: dict[str, Any] = Field(
         default_factory=dict, description="The machine ad: detected resources and facts"
     )
-    operator: dict[str, Any] = Field(default_factory=dict)
+    operator: OperatorStatus = Field(
+        default_factory=OperatorStatus, description="Written by the operator, never the agent"
+    )

@@ -9,9 +9,11 @@ from __future__ import annotations
 
 from typing import Annotated
 
+import yaml
 from pydantic import Field, field_validator
 
 from kondor_core.api.base import Model, Quantity
+from kondor_core.api.manifest import InvalidObjectError, validate
 from kondor_core.api.quantity import Unit, to_unit
 
 GpuProperty = bool | int | float | str
@@ -100,3 +102,24 @@ _RESERVED_NAMES = {
     "swap": "swap",
     "gpus": "gpus",
 }
+
+
+def parse_machine_file(text: str, source: str) -> Machine:
+    """The Machine a machine file's YAML `text` describes; `source` names the file in errors.
+
+    Raises InvalidObjectError (a ValueError) whose message starts with `source` and has one
+    line per problem: the field, the value and what is allowed (`cpus: Input should be
+    greater than or equal to 1 (got 0)`), or why the text is not a machine description.
+    Reading the file is the caller's: this takes its text.
+    """
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as err:
+        raise InvalidObjectError(source, [f"not valid YAML ({err})"]) from None
+    if not isinstance(data, dict):
+        got = "an empty file" if data is None else f"a YAML {type(data).__name__}"
+        raise InvalidObjectError(
+            source,
+            [f"expected a machine description (a YAML mapping with name, cpus, memory), got {got}"],
+        )
+    return validate(Machine, data, what=source)

@@ -9,19 +9,33 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from kondor_core.api.base import Model
 from kondor_core.api.executionpoint import ExecutionPointSpec, ExecutionPointStatus
 from kondor_core.api.job import ExecutionJobSpec
-from kondor_core.api.slotpolicy import SlotPolicySpec
+from kondor_core.api.slotpolicy import SlotPolicySpec, SlotPolicyStatus
+
+
+class OwnerReference(BaseModel):
+    """metav1.OwnerReference: the object whose deletion deletes this one."""
+
+    model_config = ConfigDict(frozen=True, extra="allow", populate_by_name=True)
+
+    api_version: str = Field(alias="apiVersion")
+    kind: str
+    name: str
+    uid: str
 
 
 class ObjectMeta(BaseModel):
     """The part of metadata Kondor reads; the API server's other fields pass through."""
 
-    model_config = ConfigDict(frozen=True, extra="allow")
+    model_config = ConfigDict(frozen=True, extra="allow", populate_by_name=True)
 
     name: str = Field(min_length=1)
     namespace: str | None = None
+    uid: str | None = None
     generation: int | None = None
     labels: dict[str, str] = Field(default_factory=dict)
     annotations: dict[str, str] = Field(default_factory=dict)
+    owner_references: list[OwnerReference] = Field(default_factory=list, alias="ownerReferences")
+    deletion_timestamp: str | None = Field(default=None, alias="deletionTimestamp")
 
 
 SpecT = TypeVar("SpecT", bound=Model)
@@ -36,6 +50,7 @@ class _Object(Model, Generic[SpecT]):
 
 class SlotPolicy(_Object[SlotPolicySpec]):
     kind: Literal["SlotPolicy"] = "SlotPolicy"
+    status: SlotPolicyStatus | None = None  # type: ignore[assignment]
 
 
 class ExecutionJob(_Object[ExecutionJobSpec]):

@@ -3,7 +3,8 @@
 Pure functions for the operator (DESIGN.md, "Node to ExecutionPoint"): label
 selectors with Kubernetes semantics, priority resolution with ties reported,
 SlotPolicy checking for admission and status, ExecutionPoint manifests, and the
-diff from what is to what should be. No I/O and no clock: time is an argument.
+diff from what is to what should be. No I/O and no clock: time is an argument. What it
+reads and writes are the `kondor_core.api` models; conditions and times come from there.
 """
 
 from kondor_core.fleet.plan import (
@@ -37,14 +38,10 @@ from kondor_core.fleet.selector import requirement_holds, selector_problems, sel
 from kondor_core.fleet.status import (
     STALE_AFTER_INTERVALS,
     PolicyCounts,
-    condition,
-    condition_status,
     heartbeat_state,
-    merge_conditions,
+    heartbeat_word,
     operator_status,
-    parse_timestamp,
     slot_policy_status,
-    timestamp,
 )
 
 __all__ = [
@@ -68,14 +65,11 @@ __all__ = [
     "Resolution",
     "admission_message",
     "check_policy",
-    "condition",
-    "condition_status",
     "execution_point_manifest",
     "heartbeat_state",
-    "merge_conditions",
+    "heartbeat_word",
     "operator_status",
     "owner_reference",
-    "parse_timestamp",
     "plan_execution_points",
     "plan_policy_statuses",
     "policy_counts",
@@ -86,5 +80,4 @@ __all__ = [
     "selector_problems",
     "selects",
     "slot_policy_status",
-    "timestamp",
 ]

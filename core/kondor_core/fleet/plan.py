@@ -25,16 +25,14 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from kondor_core.api.base import API_VERSION
-from kondor_core.api.executionpoint import ExecutionPointSpec, ResolvedPolicy
+from kondor_core.api.conditions import condition_status
+from kondor_core.api.executionpoint import ExecutionPointSpec, OperatorStatus, ResolvedPolicy
+from kondor_core.api.manifest import ExecutionPoint, ObjectMeta, OwnerReference
+from kondor_core.api.meta import merge_patch, model_patch
+from kondor_core.api.slotpolicy import SlotPolicyStatus
 from kondor_core.fleet.policy import DEFAULT_UPDATE_INTERVAL, CheckedPolicy
 from kondor_core.fleet.resolve import PolicyCandidate, Resolution, selected_nodes
-from kondor_core.fleet.status import (
-    PolicyCounts,
-    condition_status,
-    operator_status,
-    slot_policy_status,
-)
+from kondor_core.fleet.status import PolicyCounts, operator_status, slot_policy_status
 
 #: The label on every ExecutionPoint the operator manages (Kubernetes' recommended label).
 MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
@@ -61,7 +59,7 @@ class ObservedExecutionPoint:
     owner_uid: str | None = None
     deleting: bool = False
     last_heartbeat: str | None = None
-    operator_status: Mapping[str, Any] = field(default_factory=dict)
+    operator_status: OperatorStatus = field(default_factory=OperatorStatus)
 
 
 @dataclass(frozen=True)
@@ -71,8 +69,9 @@ class ObservedPolicy:
     name: str
     uid: str
     generation: int
+    #: As written: the spec is checked (check_policy) to report what is wrong with it.
     spec: Mapping[str, Any]
-    status: Mapping[str, Any] = field(default_factory=dict)
+    status: SlotPolicyStatus = field(default_factory=SlotPolicyStatus)
 
 
 @dataclass(frozen=True)
@@ -93,7 +92,7 @@ class CreateExecutionPoint:
 
 @dataclass(frozen=True)
 class PatchExecutionPoint:
-    """A merge patch of the ExecutionPoint's metadata and spec."""
+    """A merge patch of the ExecutionPoint's metadata and spec (what differs, nothing else)."""
 
     name: str
     patch: dict[str, Any]
@@ -133,24 +132,20 @@ def resolved_policy(resolution: Resolution) -> ResolvedPolicy:
     return ResolvedPolicy(name=winner.name, generation=winner.generation, hash=winner.hash)
 
 
-def owner_reference(node: NodeFacts) -> dict[str, Any]:
+def owner_reference(node: NodeFacts) -> OwnerReference:
     """The Node as the ExecutionPoint's owner: the garbage collector deletes the EP with it."""
-    return {"apiVersion": "v1", "kind": "Node", "name": node.name, "uid": node.uid}
+    return OwnerReference(api_version="v1", kind="Node", name=node.name, uid=node.uid)
 
 
 def execution_point_manifest(node: NodeFacts, resolution: Resolution) -> dict[str, Any]:
     """The ExecutionPoint for `node`: cluster-scoped, named after the node, owned by it."""
+    metadata = ObjectMeta(
+        name=node.name,
+        labels={MANAGED_BY_LABEL: MANAGED_BY},
+        owner_references=[owner_reference(node)],
+    )
     spec = ExecutionPointSpec(node_name=node.name, policy=resolved_policy(resolution))
-    return {
-        "apiVersion": API_VERSION,
-        "kind": "ExecutionPoint",
-        "metadata": {
-            "name": node.name,
-            "labels": {MANAGED_BY_LABEL: MANAGED_BY},
-            "ownerReferences": [owner_reference(node)],
-        },
-        "spec": spec.dump(),
-    }
+    return ExecutionPoint(metadata=metadata, spec=spec).dump()
 
 
 def _policy_text(policy: ResolvedPolicy) -> str:
@@ -184,22 +179,22 @@ def _plan_one(
         return [DeleteExecutionPoint(name, Event("Normal", "Deleted", f"{name}: {why}"))]
     actions: list[Action] = []
     desired = resolved_policy(resolution)
-    metadata: dict[str, Any] = {}
-    if not ep.managed:
-        metadata["labels"] = {MANAGED_BY_LABEL: MANAGED_BY}
+    patch: dict[str, Any] = {}
     if not ep.managed or ep.owner_uid != node.uid:
-        metadata["ownerReferences"] = [owner_reference(node)]
-    spec: dict[str, Any] = {}
-    if ep.node_name != name:
-        spec["nodeName"] = name
-    if not frozen and ep.policy != desired:
-        spec["policy"] = desired.dump()
-    if metadata or spec:
-        patch: dict[str, Any] = {}
-        if metadata:
-            patch["metadata"] = metadata
-        if spec:
-            patch["spec"] = spec
+        # Labels are merged key by key; ownerReferences, a list, is replaced whole.
+        metadata = ObjectMeta(
+            name=name,
+            labels={MANAGED_BY_LABEL: MANAGED_BY},
+            owner_references=[owner_reference(node)],
+        )
+        fields = {"owner_references"} if ep.managed else {"owner_references", "labels"}
+        patch["metadata"] = metadata.model_dump(by_alias=True, include=fields, mode="json")
+    current = ExecutionPointSpec(node_name=ep.node_name, policy=ep.policy)
+    wanted = ExecutionPointSpec(node_name=name, policy=ep.policy if frozen else desired)
+    spec = merge_patch(current.dump(), wanted.dump())
+    if spec:
+        patch["spec"] = spec
+    if patch:
         if not ep.managed:
             event = Event("Normal", "Adopted", f"{name} now follows {_policy_text(desired)}")
         elif "policy" in spec:
@@ -216,13 +211,15 @@ def _plan_one(
         old=ep.operator_status,
         now=now,
     )
-    if status != dict(ep.operator_status):
-        was_tied = condition_status(ep.operator_status.get("conditions") or [], "PolicyTie")
+    if status.dump() != ep.operator_status.dump():
+        was_tied = condition_status(ep.operator_status.conditions, "PolicyTie")
         tie_event = None
         if resolution.tied and was_tied != "True":
-            message = next(c["message"] for c in status["conditions"] if c["type"] == "PolicyTie")
+            message = next(c.message for c in status.conditions if c.type == "PolicyTie")
             tie_event = Event("Warning", "PolicyTie", message)
-        actions.append(PatchOperatorStatus(name, {"status": {"operator": status}}, tie_event))
+        # The operator's subtree only: the agent's fields beside it are left alone.
+        patch_status = {"status": {"operator": model_patch(status)}}
+        actions.append(PatchOperatorStatus(name, patch_status, tie_event))
     return actions
 
 
@@ -303,15 +300,16 @@ def plan_policy_statuses(
             old=observed.status,
             now=now,
         )
-        current = {k: v for k, v in observed.status.items() if k in status}
-        wanted = {k: v for k, v in status.items() if v is not None}
-        if current == wanted:
+        if status.dump() == observed.status.dump():
             continue
-        was_valid = condition_status(observed.status.get("conditions") or [], "Valid")
+        was_valid = condition_status(observed.status.conditions, "Valid")
         event = None
         if not result.valid and was_valid != "False":
             event = Event("Warning", "InvalidPolicy", "; ".join(result.problems))
         elif result.valid and was_valid == "False":
             event = Event("Normal", "PolicyValid", f"generation {observed.generation} compiles")
-        patches.append(PatchPolicyStatus(name, observed.uid, {"status": status}, event))
+        # The operator is the status' only writer: every field, a cleared one as null.
+        patches.append(
+            PatchPolicyStatus(name, observed.uid, {"status": model_patch(status)}, event)
+        )
     return patches

@@ -1,71 +1,34 @@
 """Status the operator writes: SlotPolicy status and an ExecutionPoint's `status.operator`.
 
-Conditions follow metav1.Condition: `lastTransitionTime` moves only when the
-status changes, so writing the same facts twice writes the same object (and a
-reconcile that changes nothing writes nothing).
+Both are built as the API models (`SlotPolicyStatus`, `OperatorStatus`), so what the
+operator writes is what the CRD's schema declares. Conditions follow metav1.Condition
+(`kondor_core.api.conditions`): `lastTransitionTime` moves only when the status changes.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
-from typing import Any
+from datetime import datetime, timedelta
+from typing import Literal
 
+from kondor_core.api.conditions import condition, merge_conditions
+from kondor_core.api.executionpoint import OperatorStatus
+from kondor_core.api.meta import parse_time
+from kondor_core.api.slotpolicy import SlotPolicyStatus
 from kondor_core.fleet.policy import CheckedPolicy
 from kondor_core.fleet.resolve import Resolution
 
 #: How many update intervals may pass without a heartbeat before the agent counts as stale.
 STALE_AFTER_INTERVALS = 3
 
-
-def timestamp(now: datetime) -> str:
-    """RFC 3339 in UTC with a `Z`, to the second, as Kubernetes writes times."""
-    return now.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+Heartbeat = Literal["Fresh", "Stale", "Unknown"]
 
 
-def parse_timestamp(text: str) -> datetime | None:
-    """A Kubernetes time (`2026-01-02T03:04:05Z`, fractions allowed); None if it is not one."""
-    try:
-        parsed = datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
-    except ValueError:
-        return None
-    return parsed if parsed.tzinfo is not None else parsed.replace(tzinfo=UTC)
-
-
-def condition(
-    type_: str, status: bool | None, reason: str, message: str, generation: int | None = None
-) -> dict[str, Any]:
-    """A condition without its transition time (merge_conditions sets it)."""
-    value = "Unknown" if status is None else ("True" if status else "False")
-    built: dict[str, Any] = {"type": type_, "status": value, "reason": reason, "message": message}
-    if generation is not None:
-        built["observedGeneration"] = generation
-    return built
-
-
-def merge_conditions(
-    old: Sequence[Mapping[str, Any]], new: Sequence[Mapping[str, Any]], now: datetime
-) -> list[dict[str, Any]]:
-    """`new` with each condition's lastTransitionTime kept from `old` where its status held."""
-    before = {str(c.get("type")): c for c in old if isinstance(c, Mapping)}
-    merged = []
-    for cond in new:
-        previous = before.get(str(cond["type"]))
-        kept = previous.get("lastTransitionTime") if previous is not None else None
-        unchanged = previous is not None and previous.get("status") == cond["status"]
-        merged.append(
-            {**cond, "lastTransitionTime": kept if unchanged and kept else timestamp(now)}
-        )
-    return merged
-
-
-def condition_status(conditions: Sequence[Mapping[str, Any]], type_: str) -> str | None:
-    """The status ("True", "False", "Unknown") of condition `type_`, None if absent."""
-    for cond in conditions:
-        if isinstance(cond, Mapping) and cond.get("type") == type_:
-            return str(cond.get("status"))
-    return None
+def heartbeat_word(fresh: bool | None) -> Heartbeat:
+    """`status.operator.heartbeat`: Fresh, Stale, or Unknown (no report, or not a time)."""
+    if fresh is None:
+        return "Unknown"
+    return "Fresh" if fresh else "Stale"
 
 
 # ---- SlotPolicy status ------------------------------------------------------------------------
@@ -86,9 +49,9 @@ def slot_policy_status(
     generation: int,
     checked: CheckedPolicy,
     counts: PolicyCounts,
-    old: Mapping[str, Any],
+    old: SlotPolicyStatus,
     now: datetime,
-) -> dict[str, Any]:
+) -> SlotPolicyStatus:
     """The whole status of a SlotPolicy (the operator is its only writer)."""
     if checked.valid:
         valid = condition("Valid", True, "Compiled", "the policy compiles", generation)
@@ -105,15 +68,14 @@ def slot_policy_status(
             "not applied: ExecutionPoints it governed keep their last valid policy",
             generation,
         )
-    old_conditions = old.get("conditions") or []
-    return {
-        "observedGeneration": generation,
-        "selectedNodes": counts.selected,
-        "governedNodes": counts.governed,
-        "hash": checked.hash or None,
-        "warnings": list(checked.warnings),
-        "conditions": merge_conditions(old_conditions, [valid, ready], now),
-    }
+    return SlotPolicyStatus(
+        observed_generation=generation,
+        selected_nodes=counts.selected,
+        governed_nodes=counts.governed,
+        hash=checked.hash or None,
+        warnings=list(checked.warnings),
+        conditions=merge_conditions(old.conditions, [valid, ready], now),
+    )
 
 
 # ---- ExecutionPoint status.operator -----------------------------------------------------------
@@ -126,7 +88,7 @@ def heartbeat_state(
     STALE_AFTER_INTERVALS update intervals; None when the agent never reported."""
     if not last_heartbeat:
         return None, "NoHeartbeat", "the node's agent has not reported yet"
-    when = parse_timestamp(last_heartbeat)
+    when = parse_time(last_heartbeat)
     if when is None:
         return None, "BadHeartbeat", f"status.lastHeartbeat {last_heartbeat!r} is not a time"
     limit = timedelta(seconds=STALE_AFTER_INTERVALS * update_interval)
@@ -148,30 +110,33 @@ def operator_status(
     resolution: Resolution | None,
     last_heartbeat: str | None,
     update_interval: float,
-    old: Mapping[str, Any],
+    old: OperatorStatus,
     now: datetime,
-) -> dict[str, Any]:
+) -> OperatorStatus:
     """The `status.operator` subtree of an ExecutionPoint: the policy resolution (with any
     tie) and whether the agent's heartbeat is fresh."""
     fresh, reason, message = heartbeat_state(last_heartbeat, now, update_interval)
     conditions = [condition("HeartbeatFresh", fresh, reason, message)]
-    built: dict[str, Any] = {
-        "heartbeat": {True: "Fresh", False: "Stale", None: "Unknown"}[fresh],
-    }
-    if resolution is not None:
-        winner = resolution.policy
-        built["policy"] = winner.name
-        built["priority"] = winner.spec.priority
-        built["tieWith"] = list(resolution.tie_with)
-        if resolution.tied:
-            others = ", ".join(resolution.tie_with)
-            text = (
-                f"SlotPolicies {winner.name}, {others} select this node with priority "
-                f"{winner.spec.priority}; {winner.name} applies (first by name)"
-            )
-            conditions.append(condition("PolicyTie", True, "EqualPriority", text))
-        else:
-            text = f"SlotPolicy {winner.name} applies (priority {winner.spec.priority})"
-            conditions.append(condition("PolicyTie", False, "HighestPriority", text))
-    built["conditions"] = merge_conditions(old.get("conditions") or [], conditions, now)
-    return built
+    if resolution is None:
+        return OperatorStatus(
+            heartbeat=heartbeat_word(fresh),
+            conditions=merge_conditions(old.conditions, conditions, now),
+        )
+    winner = resolution.policy
+    if resolution.tied:
+        others = ", ".join(resolution.tie_with)
+        text = (
+            f"SlotPolicies {winner.name}, {others} select this node with priority "
+            f"{winner.spec.priority}; {winner.name} applies (first by name)"
+        )
+        conditions.append(condition("PolicyTie", True, "EqualPriority", text))
+    else:
+        text = f"SlotPolicy {winner.name} applies (priority {winner.spec.priority})"
+        conditions.append(condition("PolicyTie", False, "HighestPriority", text))
+    return OperatorStatus(
+        heartbeat=heartbeat_word(fresh),
+        policy=winner.name,
+        priority=winner.spec.priority,
+        tie_with=list(resolution.tie_with),
+        conditions=merge_conditions(old.conditions, conditions, now),
+    )

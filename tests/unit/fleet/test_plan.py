@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from kondor_core.api import ResolvedPolicy, SlotPolicySpec
+from kondor_core.api import OperatorStatus, ResolvedPolicy, SlotPolicySpec
 from kondor_core.fleet import (
     MANAGED_BY_LABEL,
     CreateExecutionPoint,
@@ -34,7 +34,11 @@ PINNED = ResolvedPolicy(name="batch", generation=2, hash="abc123")
 def settled(resolution: Resolution, **fields: Any) -> ObservedExecutionPoint:
     """An ExecutionPoint as the operator left it for `resolution`."""
     status = operator_status(
-        resolution=resolution, last_heartbeat=None, update_interval=300, old={}, now=NOW
+        resolution=resolution,
+        last_heartbeat=None,
+        update_interval=300,
+        old=OperatorStatus(),
+        now=NOW,
     )
     base: dict[str, Any] = {
         "name": "n1",

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from kondor_core.api import SlotPolicySpec
+from kondor_core.api import SlotPolicySpec, SlotPolicyStatus, condition, merge_conditions
 from kondor_core.fleet import (
     ObservedPolicy,
     PolicyCandidate,
@@ -15,9 +15,7 @@ from kondor_core.fleet import (
     Resolution,
     admission_message,
     check_policy,
-    condition,
     heartbeat_state,
-    merge_conditions,
     plan_policy_statuses,
     policy_counts,
     resolve,
@@ -67,12 +65,12 @@ def test_valid_policy_has_a_stable_hash_and_its_update_interval() -> None:
 
 def test_condition_transition_time_moves_only_when_the_status_changes() -> None:
     first = merge_conditions([], [condition("Valid", True, "Compiled", "ok", 1)], NOW)
-    assert first[0]["lastTransitionTime"] == "2026-01-02T03:04:05Z"
+    assert first[0].last_transition_time == "2026-01-02T03:04:05Z"
     same = merge_conditions(first, [condition("Valid", True, "Compiled", "still ok", 2)], LATER)
-    assert same[0]["lastTransitionTime"] == "2026-01-02T03:04:05Z"
-    assert same[0]["observedGeneration"] == 2 and same[0]["message"] == "still ok"
+    assert same[0].last_transition_time == "2026-01-02T03:04:05Z"
+    assert same[0].observed_generation == 2 and same[0].message == "still ok"
     flipped = merge_conditions(first, [condition("Valid", False, "Invalid", "bad", 3)], LATER)
-    assert flipped[0]["lastTransitionTime"] == "2026-01-02T03:09:05Z"
+    assert flipped[0].last_transition_time == "2026-01-02T03:09:05Z"
 
 
 @pytest.mark.parametrize(
@@ -93,7 +91,8 @@ def test_heartbeat_is_stale_after_three_update_intervals(
 
 
 def _observed(name: str, status: dict[str, Any] | None = None) -> ObservedPolicy:
-    return ObservedPolicy(name, f"uid-{name}", 4, {}, status or {})
+    """The policy as the API server holds it: `status` as written (read through the model)."""
+    return ObservedPolicy(name, f"uid-{name}", 4, {}, SlotPolicyStatus.model_validate(status or {}))
 
 
 def test_policy_status_counts_nodes_and_reports_ties() -> None:

@@ -140,9 +140,9 @@ def test_slots_are_counted_by_state_and_activity_and_agent_fields_untouched() ->
         "status": {
             "lastHeartbeat": "2026-01-02T03:04:00Z",
             "slots": [
-                {"state": "Claimed", "activity": "Busy"},
-                {"state": "Claimed", "activity": "Busy"},
-                {"state": "Owner", "activity": "Idle"},
+                {"name": "slot1_1@n1", "type": "Dynamic", "state": "Claimed", "activity": "Busy"},
+                {"name": "slot1_2@n1", "type": "Dynamic", "state": "Claimed", "activity": "Busy"},
+                {"name": "slot1@n1", "type": "Partitionable", "state": "Owner", "activity": "Idle"},
             ],
         },
     }
