@@ -13,31 +13,32 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import Any
 
 from pydantic import ValidationError
 
-from kondor_agent import startd as startd_mod
 from kondor_agent.benchmarks import BenchmarkRunner
 from kondor_agent.cron import CronRunner
 from kondor_agent.kube import ExecutionPointAPI, NotFoundError, WriteError
 from kondor_agent.metrics import AgentMetrics
 from kondor_agent.report import Coalescer
+from kondor_core import startd
 from kondor_core.api import (
     InvalidObjectError,
     Machine,
     ResolvedPolicy,
     SlotPolicy,
+    SlotPolicySpec,
     describe_errors,
     validate,
 )
 from kondor_core.api.base import Condition
+from kondor_core.api.conditions import set_condition
 from kondor_core.api.executionpoint import ExecutionPointSpec, ExecutionPointStatus
-from kondor_core.config import PolicyError
-from kondor_core.policy import Action, ActionKind, BenchmarksDone, Event
+from kondor_core.api.meta import format_time
+from kondor_core.config import PolicyError, compile_policy
+from kondor_core.policy import Action, ActionKind, BenchmarksDone, EngineError, Event
 from kondor_core.policy import Activity as EngineActivity
-from kondor_core.policy import PolicyError as EngineError
 from kondor_core.slots import LayoutError
 
 log = logging.getLogger("kondor_agent")
@@ -62,19 +63,6 @@ class AgentConfig:
     update_interval: float | None = None
     #: A change is written this long after it is seen, with whatever else changed meanwhile.
     debounce: float = 0.5
-
-
-def rfc3339(now: float) -> str:
-    return datetime.fromtimestamp(now, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def set_condition(previous: Sequence[Condition], new: Condition, now: float) -> list[Condition]:
-    """`previous` with `new` in place of its type, lastTransitionTime kept unless the status
-    changed (metav1.Condition's rule)."""
-    old = next((c for c in previous if c.type == new.type), None)
-    stamp = old.last_transition_time if old is not None and old.status == new.status else None
-    updated = new.model_copy(update={"last_transition_time": stamp or rfc3339(now)})
-    return [*(c for c in previous if c.type != new.type), updated]
 
 
 class Agent:
@@ -104,8 +92,12 @@ class Agent:
         self.live = live
         self.clock = clock
         self.metrics = metrics or AgentMetrics()
-        self.startd: startd_mod.Startd | None = None
-        self.coalescer = Coalescer(debounce=config.debounce)
+        self.startd: startd.Startd | None = None
+        #: The SlotPolicy spec `self.startd` was carved under.
+        self._carved_spec: SlotPolicySpec | None = None
+        self.coalescer = Coalescer(
+            debounce=config.debounce, volatile=frozenset(startd.CLOCK_ATTRIBUTES)
+        )
         self.conditions: list[Condition] = []
         self._published: ExecutionPointStatus | None = None
         self._started = False
@@ -208,7 +200,7 @@ class Agent:
         self.coalescer.volatile = self.coalescer.volatile | frozenset(live)
         events = self._gather_hooks(now)
         started = time.perf_counter()
-        result = startd_mod.tick(self.startd, live, now, slot_events=events)
+        result = startd.tick(self.startd, live, now, slot_events=events)
         self.metrics.evaluation.observe(time.perf_counter() - started)
         self.startd = result.startd
         for transition in result.transitions:
@@ -231,7 +223,7 @@ class Agent:
             self._condition(
                 now, "True", "SlotsPublished", f"slots carved with SlotPolicy {spec.policy.name}"
             )
-        status = startd_mod.status(self.startd, live, now, conditions=self.conditions)
+        status = startd.status(self.startd, live, now, conditions=self.conditions)
         self.metrics.set_slots((slot.state, slot.activity) for slot in status.slots)
         self._observe_status(now, status)
         if (
@@ -247,14 +239,14 @@ class Agent:
         BenchmarksDone events for the slots that were benchmarking."""
         assert self.startd is not None
         if self.cron is not None:
-            self.startd = startd_mod.with_cron_ads(self.startd, self.cron.ads())
+            self.startd = startd.with_cron_ads(self.startd, self.cron.ads())
             # Cron output goes out with the next write, as HTCondor's with the next update.
             self.coalescer.volatile = self.coalescer.volatile | self.cron.attribute_names()
         done = self.benchmarks.poll() if self.benchmarks is not None else None
         if done is None:
             return {}
         log.info("benchmarks: Mips %d, KFlops %d (%.2fs)", done.mips, done.kflops, done.seconds)
-        self.startd = startd_mod.with_benchmarks(self.startd, done.attributes(now))
+        self.startd = startd.with_benchmarks(self.startd, done.attributes(now))
         return {
             slot.name: [BenchmarksDone()]
             for slot in self.startd.state.slots
@@ -273,8 +265,8 @@ class Agent:
 
     def _machine_ad(self) -> Mapping[str, Any]:
         """What a cron job's CONDITION sees: the machine ad, without slot attributes."""
-        startd = self.startd
-        return startd_mod.machine_ad(startd, {}) if startd is not None else {}
+        node = self.startd
+        return startd.machine_ad(node, {}) if node is not None else {}
 
     def _restart_from(self, raw: Any) -> None:
         """A (re)started agent takes back what it last published."""
@@ -330,20 +322,21 @@ class Agent:
         if (
             current is not None
             and current.machine == machine
-            and current.spec == policy.spec
+            and self._carved_spec == policy.spec
             and current.applied.name == ref.name
             and current.applied.generation == ref.generation
         ):
             return
         try:
-            self.startd = startd_mod.start(
+            self.startd = startd.start(
                 machine,
-                policy.spec,
-                ref,
+                compile_policy(policy.spec),
                 now,
+                applied=ref,
                 previous=current,
                 published=self._published if current is None else None,
             )
+            self._carved_spec = policy.spec
         except (PolicyError, LayoutError, EngineError) as err:
             # As a startd keeps its configuration when a reconfig fails, the slots stay.
             kept = "" if current is None else "; the slots stay as they were"
@@ -399,7 +392,7 @@ class Agent:
     # -- report ------------------------------------------------------------------------------
 
     def _write(self, now: float) -> None:
-        patch = self.coalescer.patch(rfc3339(now))
+        patch = self.coalescer.patch(format_time(now))
         try:
             self.api.patch_status(self.name, patch)
         except NotFoundError:

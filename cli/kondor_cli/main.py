@@ -28,10 +28,11 @@ from kondor_cli.files import (
 from kondor_cli.render import slot_table, timeline_table
 from kondor_core.api import ExecutionJob
 from kondor_core.config import PolicyError, compile_policy, render_policy
-from kondor_core.negotiation import replay
-from kondor_core.policy import PolicyError as EngineError
+from kondor_core.jobs import job_ad
+from kondor_core.negotiation import replay, simulate
+from kondor_core.policy import EngineError
 from kondor_core.policy.scenario import ScenarioError
-from kondor_core.slots import LayoutError, job_ad, simulate
+from kondor_core.slots import LayoutError
 
 
 def _simulate(args: argparse.Namespace) -> int:

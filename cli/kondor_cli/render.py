@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from kondor_core.slots import Placement
+from kondor_core.negotiation import Placement
 
 _STANDARD = ("Cpus", "Memory", "Disk", "GPUs")
 

@@ -19,7 +19,15 @@ from kondor_core.api.executionpoint import (
     ResolvedPolicy,
     SlotStatus,
 )
-from kondor_core.api.job import ExecutionJobSpec
+from kondor_core.api.job import (
+    RUNTIMES,
+    ApptainerRuntime,
+    ExecutionJobSpec,
+    ExecutionJobStatus,
+    JobExecution,
+    PodRuntime,
+    ProcessRuntime,
+)
 from kondor_core.api.machine import Gpu, Machine, parse_machine_file
 from kondor_core.api.manifest import (
     ExecutionJob,
@@ -66,18 +74,22 @@ __all__ = [
     "GROUP",
     "MERGE_PATCH",
     "POLICY_EXPRESSIONS",
+    "RUNTIMES",
     "SLOT_POLICIES",
     "VERSION",
+    "ApptainerRuntime",
     "ClassAdExpr",
     "Condition",
     "CronJobSpec",
     "ExecutionJob",
     "ExecutionJobSpec",
+    "ExecutionJobStatus",
     "ExecutionPoint",
     "ExecutionPointSpec",
     "ExecutionPointStatus",
     "Gpu",
     "InvalidObjectError",
+    "JobExecution",
     "KubeConfigSource",
     "LabelSelector",
     "Machine",
@@ -85,6 +97,8 @@ __all__ = [
     "ObjectMeta",
     "OperatorStatus",
     "OwnerReference",
+    "PodRuntime",
+    "ProcessRuntime",
     "Reserved",
     "ResolvedPolicy",
     "SlotPolicy",

@@ -98,13 +98,16 @@ KINDS: tuple[Kind, ...] = (
         ("ej",),
         (
             _column("Owner", ".spec.owner"),
-            _column("Cpus", ".spec.requestCpus", "integer"),
-            _column("Memory", ".spec.requestMemory"),
             _column("Status", ".status.jobStatus"),
-            _column("Slot", ".status.slot"),
+            _column("Priority", ".spec.priority", "integer"),
+            _column("ExecutionPoint", ".status.executionPoint"),
+            _column("Slot", ".status.execution.slot"),
+            _column("Cpus", ".spec.requestCpus", "integer", priority=1),
+            _column("Memory", ".spec.requestMemory", priority=1),
+            _column("Exit", ".status.exitCode", "integer", priority=1),
             _AGE,
         ),
-        "A job: requests, requirements, rank, priority and runtime (pod or apptainer).",
+        "A job: requests, requirements, rank, priority and a runtime (process, apptainer or pod).",
     ),
 )
 

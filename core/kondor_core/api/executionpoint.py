@@ -23,7 +23,9 @@ class ExecutionPointSpec(Model):
     node_name: str
     policy: ResolvedPolicy | None = None
     drain: str | None = Field(
-        default=None, description="Requested drain: graceful, quick or fast (DRAIN_JOBS)"
+        default=None,
+        description="Requested drain: graceful, quick or fast (DRAIN_JOBS). Not acted on yet: "
+        "the agent does not drain on this field in this version",
     )
 
 

@@ -2,16 +2,54 @@
 
 from __future__ import annotations
 
+import signal
 from typing import Annotated, Any, Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 
 from kondor_core.api.base import ClassAdExpr, Condition, Model, Quantity
 from kondor_core.api.quantity import Unit, to_unit
 
+#: HTCondor's JobStatus values as Kondor shows them.
+JobStatus = Literal["Idle", "Running", "Suspended", "Held", "Completed", "Removed"]
+#: What the agent reports of one claim's execution (`status.execution.state`).
+ExecutionState = Literal["Rejected", "Running", "Suspended", "Exited", "Killed", "Failed"]
+
+_SIGNALS = {name for name in dir(signal) if name.startswith("SIG") and not name.startswith("SIG_")}
+
+
+class ProcessRuntime(Model):
+    """A process run on the node, in the job's scratch directory (condor_submit's names)."""
+
+    executable: Annotated[str, Field(min_length=1, description="condor_submit's executable")]
+    arguments: list[str] = Field(default_factory=list, description="condor_submit's arguments")
+    environment: dict[str, str] = Field(
+        default_factory=dict, description="condor_submit's environment"
+    )
+    working_directory: str | None = Field(
+        default=None, description="initialdir; default the job's scratch directory"
+    )
+    input: str | None = Field(default=None, description="stdin file; relative to the scratch dir")
+    output: str | None = Field(default=None, description="stdout file; relative to the scratch dir")
+    error: str | None = Field(default=None, description="stderr file; relative to the scratch dir")
+
+
+class ApptainerRuntime(ProcessRuntime):
+    """An Apptainer container: `apptainer exec IMAGE executable arguments`."""
+
+    image: Annotated[str, Field(min_length=1, description="container image (SIF or directory)")]
+
+
+class PodRuntime(Model):
+    """A pod bound to the node, owned by the job; requests and limits are the slot's."""
+
+    template: dict[str, Any] = Field(description="a PodTemplateSpec (metadata and spec)")
+
 
 class ExecutionJobSpec(Model):
-    """spec of an ExecutionJob (kondor.io/v1alpha1). Requests follow condor_submit's request_*."""
+    """spec of an ExecutionJob (kondor.io/v1alpha1). Requests follow condor_submit's request_*.
+
+    Exactly one runtime: `process`, `apptainer` or `pod`."""
 
     owner: str | None = Field(default=None, description="Set by admission to the submitting user")
     request_cpus: Annotated[int, Field(ge=0)] = 1
@@ -26,11 +64,22 @@ class ExecutionJobSpec(Model):
     )
     requirements: ClassAdExpr | None = None
     rank: ClassAdExpr | None = None
-    priority: int = 0
-    runtime: Literal["pod", "apptainer"] = "pod"
+    priority: int = Field(default=0, description="JobPrio: higher runs first among a user's jobs")
     attributes: dict[str, ClassAdExpr] = Field(
         default_factory=dict, description="Extra job ClassAd attributes (name -> expression)"
     )
+    kill_sig: str = Field(default="SIGTERM", description="KillSig: the soft-kill signal")
+    max_job_retirement_time: ClassAdExpr | None = Field(
+        default=None, description="MaxJobRetirementTime (seconds, an expression)"
+    )
+    job_max_vacate_time: ClassAdExpr | None = Field(
+        default=None, description="JobMaxVacateTime (seconds, an expression)"
+    )
+    process: ProcessRuntime | None = None
+    apptainer: ApptainerRuntime | None = None
+    pod: PodRuntime | None = None
+    hold: bool = Field(default=False, description="condor_hold while true; false releases it")
+    remove: bool = Field(default=False, description="condor_rm: the job is Removed")
 
     @field_validator("request_memory")
     @classmethod
@@ -44,6 +93,34 @@ class ExecutionJobSpec(Model):
         to_unit(value, Unit.KIB, field="requestDisk")
         return value
 
+    @field_validator("kill_sig")
+    @classmethod
+    def _signal(cls, value: str) -> str:
+        name = value.strip().upper()
+        if name.isdigit() and 0 < int(name) < 65:
+            return name
+        name = name if name.startswith("SIG") else f"SIG{name}"
+        if name not in _SIGNALS:
+            raise ValueError(
+                f"killSig {value!r} is not a signal; give a name such as SIGTERM or a number"
+            )
+        return name
+
+    @model_validator(mode="after")
+    def _one_runtime(self) -> ExecutionJobSpec:
+        given = [name for name in RUNTIMES if getattr(self, name) is not None]
+        if len(given) > 1:
+            raise ValueError(
+                f"a job has exactly one runtime, this one has {' and '.join(given)}: "
+                "keep one of process, apptainer or pod"
+            )
+        return self
+
+    @property
+    def runtime(self) -> str | None:
+        """The runtime's name (process, apptainer or pod), None when the spec has none."""
+        return next((name for name in RUNTIMES if getattr(self, name) is not None), None)
+
     @property
     def request_memory_mib(self) -> int:
         return to_unit(self.request_memory, Unit.MIB, field="requestMemory")
@@ -53,12 +130,46 @@ class ExecutionJobSpec(Model):
         return to_unit(self.request_disk, Unit.KIB, field="requestDisk")
 
 
-class ExecutionJobStatus(Model):
-    """status of an ExecutionJob: the operator writes the match, the agent `execution`."""
+#: The runtimes, in the order messages name them.
+RUNTIMES = ("process", "apptainer", "pod")
 
-    job_status: Literal["Idle", "Running", "Suspended", "Held", "Completed", "Removed"] = "Idle"
-    execution_point: str | None = None
-    slot: str | None = None
+
+class JobExecution(Model):
+    """status.execution: the agent's account of the job's current claim on its node."""
+
+    claim_id: str = Field(description="The claim this execution answers (status.claimId)")
+    state: ExecutionState
+    slot: str | None = Field(default=None, description="The slot running it (a dynamic slot)")
+    reason: str | None = Field(default=None, description="Why the startd refused the match")
+    directory: str | None = Field(default=None, description="The job's directory on the node")
+    start_time: str | None = None
+    end_time: str | None = None
+    exit_code: int | None = None
+    exit_signal: int | None = None
+    remote_user_cpu: float | None = Field(default=None, description="RemoteUserCpu (seconds)")
+    remote_sys_cpu: float | None = Field(default=None, description="RemoteSysCpu (seconds)")
+    peak_memory: int | None = Field(default=None, description="MemoryUsage peak (MiB)")
     hold_reason: str | None = None
+    hold_reason_code: int | None = None
+
+
+class ExecutionJobStatus(Model):
+    """status of an ExecutionJob: the operator writes all but `execution`, the agent's."""
+
+    job_status: JobStatus = "Idle"
+    cluster_id: int | None = Field(default=None, description="ClusterId (ProcId is 0)")
+    execution_point: str | None = None
+    slot: str | None = Field(default=None, description="The slot the negotiator matched")
+    claim_id: str | None = None
+    match_time: str | None = None
+    last_rej_match_reason: str | None = Field(
+        default=None, description="LastRejMatchReason: why the last cycle found no slot"
+    )
+    num_job_starts: int = 0
+    hold_reason: str | None = None
+    hold_reason_code: int | None = None
+    exit_code: int | None = None
+    exit_signal: int | None = None
+    completion_date: str | None = None
     conditions: list[Condition] = Field(default_factory=list)
-    execution: dict[str, Any] = Field(default_factory=dict)
+    execution: JobExecution | None = None

@@ -8,8 +8,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from kondor_core.api.base import Model
 from kondor_core.api.executionpoint import ExecutionPointSpec, ExecutionPointStatus
-from kondor_core.api.job import ExecutionJobSpec
+from kondor_core.api.job import ExecutionJobSpec, ExecutionJobStatus
 from kondor_core.api.slotpolicy import SlotPolicySpec, SlotPolicyStatus
+from kondor_core.errors import KondorError
 
 
 class OwnerReference(BaseModel):
@@ -33,6 +34,7 @@ class ObjectMeta(BaseModel):
     uid: str | None = None
     generation: int | None = None
     labels: dict[str, str] = Field(default_factory=dict)
+    creation_timestamp: str | None = Field(default=None, alias="creationTimestamp")
     annotations: dict[str, str] = Field(default_factory=dict)
     owner_references: list[OwnerReference] = Field(default_factory=list, alias="ownerReferences")
     deletion_timestamp: str | None = Field(default=None, alias="deletionTimestamp")
@@ -55,6 +57,7 @@ class SlotPolicy(_Object[SlotPolicySpec]):
 
 class ExecutionJob(_Object[ExecutionJobSpec]):
     kind: Literal["ExecutionJob"] = "ExecutionJob"
+    status: ExecutionJobStatus | None = None  # type: ignore[assignment]
 
 
 class ExecutionPoint(_Object[ExecutionPointSpec]):
@@ -62,7 +65,7 @@ class ExecutionPoint(_Object[ExecutionPointSpec]):
     status: ExecutionPointStatus | None = None  # type: ignore[assignment]
 
 
-class InvalidObjectError(ValueError):
+class InvalidObjectError(KondorError):
     """A manifest or model that failed validation; `problems` lists `path: message` lines."""
 
     def __init__(self, what: str, problems: list[str]) -> None:

@@ -13,6 +13,8 @@ from typing import Any
 
 import classad2
 
+from kondor_core.errors import KondorError
+
 ClassAd = classad2.ClassAd
 ExprTree = classad2.ExprTree
 Value = classad2.Value
@@ -22,7 +24,7 @@ Value = classad2.Value
 Scalar = bool | int | float | str
 
 
-class ExpressionError(ValueError):
+class ExpressionError(KondorError):
     """An expression classad2 cannot parse, with the field it came from."""
 
     def __init__(self, field: str, text: str, reason: str) -> None:

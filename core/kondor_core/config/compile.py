@@ -42,11 +42,12 @@ from kondor_core.config.effective import (
     EffectivePolicy,
     SlotTypeDef,
 )
+from kondor_core.config.shares import ShareError, ShareSpec, canonical_resource, parse_shares
+from kondor_core.config.shares import shares_from_map as _shares_from_map
 from kondor_core.config.snippet import Definition, MacroError, MacroTable, parse_snippet
 from kondor_core.config.templates import MACHINE_REFERENCES
 from kondor_core.cron import jobs as cron
-from kondor_core.slots.shares import ShareError, ShareSpec, canonical_resource, parse_shares
-from kondor_core.slots.shares import shares_from_map as _shares_from_map
+from kondor_core.errors import KondorError
 
 _ATTRIBUTE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _LIST_SEPARATOR = re.compile(r"[,\s]+")
@@ -70,7 +71,7 @@ _TRUE = {"true", "yes", "t", "y", "1"}
 _FALSE = {"false", "no", "f", "n", "0"}
 
 
-class PolicyError(ValueError):
+class PolicyError(KondorError):
     """A SlotPolicy that cannot be compiled; `problems` lists every one found."""
 
     def __init__(self, problems: Sequence[str]) -> None:

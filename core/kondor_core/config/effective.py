@@ -10,8 +10,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from kondor_core.config.shares import ShareSpec
 from kondor_core.cron.jobs import CronJob, CronSettings
-from kondor_core.slots.shares import ShareSpec
 
 #: The startd's request rounding defaults (MODIFY_REQUEST_EXPR_*), from the reference.
 DEFAULT_MODIFY_REQUEST: Mapping[str, str] = {

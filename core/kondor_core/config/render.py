@@ -7,8 +7,8 @@ import json
 from typing import Any
 
 from kondor_core.config.effective import EffectivePolicy, SlotTypeDef
+from kondor_core.config.shares import AUTO, ShareSpec
 from kondor_core.cron.jobs import CronJob
-from kondor_core.slots.shares import AUTO, ShareSpec
 
 
 def shares_text(shares: ShareSpec) -> str:

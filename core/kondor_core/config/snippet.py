@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from functools import cache
 
 from kondor_core.config.templates import BUILTIN_MACROS, TEMPLATES, known_templates
+from kondor_core.errors import KondorError
 
 SOURCE = "condorConfig"
 BUILTIN = "built-in"
@@ -81,7 +82,7 @@ class Definition:
         return self.origin.source == BUILTIN
 
 
-class SnippetError(ValueError):
+class SnippetError(KondorError):
     """A line of the snippet that cannot be read; the message names the line and its text."""
 
     def __init__(self, line: int, text: str, reason: str) -> None:
@@ -91,7 +92,7 @@ class SnippetError(ValueError):
         self.reason = reason
 
 
-class MacroError(ValueError):
+class MacroError(KondorError):
     """A $(NAME) that cannot be expanded: nothing defines it, or it refers back to itself.
 
     `key` is the same for every report of one mistake, whichever knob reached it.

@@ -12,8 +12,7 @@ from kondor_core.classads import ExpressionError
 from kondor_core.config import PolicyError, compile_policy, policy_hash
 from kondor_core.cron import DEFAULT_HOOKS_DIR, HookPathError, hook_path
 from kondor_core.fleet.selector import selector_problems
-from kondor_core.policy import PolicyError as EnginePolicyError
-from kondor_core.policy import StartdPolicy
+from kondor_core.policy import EngineError, StartdPolicy
 
 #: HTCondor's UPDATE_INTERVAL default ("condor_startd Configuration File Macros").
 DEFAULT_UPDATE_INTERVAL = 300.0
@@ -60,7 +59,7 @@ def check_policy(spec: Mapping[str, Any], *, hooks_dir: str = DEFAULT_HOOKS_DIR)
     try:
         # The agent builds this engine from the same policy: what it would refuse, refuse here.
         engine = StartdPolicy.from_effective(compiled)
-    except (EnginePolicyError, ExpressionError) as error:
+    except (EngineError, ExpressionError) as error:
         problems.append(f"spec: {error}")
     if problems:
         return CheckedPolicy(problems=tuple(problems))

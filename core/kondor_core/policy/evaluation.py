@@ -25,17 +25,14 @@ import math
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import classad2
 
 from kondor_core.classads import parse_expr
-from kondor_core.config.snippet import builtin_value
+from kondor_core.config import EffectivePolicy, builtin_value
 from kondor_core.policy import defaults
-from kondor_core.policy.model import PolicyError
-
-if TYPE_CHECKING:  # only for the annotation: the engine takes the compiler's output as input
-    from kondor_core.config.effective import EffectivePolicy
+from kondor_core.policy.model import EngineError
 
 _STRING_LITERAL = re.compile(r'("(?:[^"\\]|\\.)*")')
 _TIME_CALL = re.compile(r"\btime\s*\(\s*\)", re.IGNORECASE)
@@ -143,7 +140,7 @@ def _setting_number(knobs: Mapping[str, str], name: str, default: float) -> floa
     raw = _constant(text, field=name)
     value = number(raw)
     if value is None:
-        raise PolicyError(f"{name}: {text!r} must evaluate to a number, not {describe(raw)}")
+        raise EngineError(f"{name}: {text!r} must evaluate to a number, not {describe(raw)}")
     return value
 
 
@@ -154,7 +151,7 @@ def _setting_bool(knobs: Mapping[str, str], name: str, default: bool) -> bool:
     raw = _constant(text, field=name)
     value = truth(raw)
     if value is None:
-        raise PolicyError(f"{name}: {text!r} must evaluate to TRUE or FALSE, not {describe(raw)}")
+        raise EngineError(f"{name}: {text!r} must evaluate to TRUE or FALSE, not {describe(raw)}")
     return value
 
 
@@ -322,7 +319,7 @@ class StartdPolicy:
             if name.lower() in _SETTINGS or not text.strip():
                 continue
             if not _ATTR_NAME.match(name):
-                raise PolicyError(f"{name!r} is not a knob name a slot ad can hold (in {text!r})")
+                raise EngineError(f"{name!r} is not a knob name a slot ad can hold (in {text!r})")
             expressions[_CANONICAL.get(name.lower(), name)] = text
         if "CpuBusy" not in expressions:
             cpu_busy = _lookup(macros, "CpuBusy")
@@ -340,7 +337,7 @@ class StartdPolicy:
             raw = _constant(worklife_text, field="CLAIM_WORKLIFE")
             value = number(raw)
             if value is None:
-                raise PolicyError(
+                raise EngineError(
                     f"CLAIM_WORKLIFE: {worklife_text!r} must evaluate to a number of seconds "
                     f"(-1 or empty for no limit), not {describe(raw)}"
                 )
@@ -351,7 +348,7 @@ class StartdPolicy:
         slot_attrs = tuple(a for a in re.split(r"[\s,]+", slot_attrs_text) if a)
         for attr in slot_attrs:
             if not _ATTR_NAME.match(attr):
-                raise PolicyError(
+                raise EngineError(
                     f"STARTD_SLOT_ATTRS: {attr!r} in {slot_attrs_text!r} is not an attribute name"
                 )
         alive = _setting_number(

@@ -25,11 +25,11 @@ from kondor_core.policy.model import (
     CancelDrain,
     Drain,
     DrainMode,
+    EngineError,
     Event,
     Fact,
     MachineContext,
     Match,
-    PolicyError,
     Shutdown,
     ShutdownMode,
     SlotKind,
@@ -62,7 +62,7 @@ class MachineState:
             if slot.name == name:
                 return slot
         known = ", ".join(s.name for s in self.slots) or "none"
-        raise PolicyError(f"no slot named {name!r} on this machine (slots: {known})")
+        raise EngineError(f"no slot named {name!r} on this machine (slots: {known})")
 
     @classmethod
     def start(
@@ -115,7 +115,7 @@ def step_machine(
     and leaves `machine.slots`.
     """
     if machine.last_step is not None and now < machine.last_step:
-        raise PolicyError(
+        raise EngineError(
             f"time went backwards: now={now} is before the machine's last step at "
             f"{machine.last_step}; steps must come in time order"
         )
@@ -125,7 +125,7 @@ def step_machine(
     known = {s.name for s in machine.slots}
     for name in [*pending_events, *slot_facts, *job_ads]:
         if name not in known:
-            raise PolicyError(
+            raise EngineError(
                 f"an event, fact or job ad names slot {name!r}, which this machine does not "
                 f"have (slots: {', '.join(sorted(known)) or 'none'})"
             )
@@ -147,7 +147,7 @@ def step_machine(
         elif isinstance(event, Vacate):
             broadcast.append(event)
         else:
-            raise PolicyError(
+            raise EngineError(
                 f"{type(event).__name__} is addressed to one slot; pass it in slot_events"
             )
 

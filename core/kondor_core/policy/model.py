@@ -11,6 +11,8 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
+from kondor_core.errors import KondorError
+
 #: A job ad as the caller has it: a classad2 ClassAd, or a plain mapping of attribute -> value
 #: (strings are string values; use `classad2.ExprTree` for expressions).
 JobAd = Any
@@ -387,5 +389,5 @@ class MachineContext:
     slot_attrs: Mapping[str, Fact] = field(default_factory=dict)
 
 
-class PolicyError(ValueError):
+class EngineError(KondorError):
     """Input the engine rejects: time going backwards, an event for an unknown slot, ..."""

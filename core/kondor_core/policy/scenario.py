@@ -23,6 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictBool, field_validator, 
 from pydantic.alias_generators import to_camel
 
 from kondor_core.api import ExecutionJob, InvalidObjectError, Machine, SlotPolicy, validate
+from kondor_core.errors import KondorError
 
 #: Commands a step may give, as the admin's tools name them ("Machine States": condor_vacate,
 #: condor_drain -graceful/-quick/-fast and -cancel, condor_off -graceful/-peaceful/-fast).
@@ -58,7 +59,7 @@ _M = TypeVar("_M", bound=BaseModel)
 Reader = Callable[[str, str], Any]
 
 
-class ScenarioError(ValueError):
+class ScenarioError(KondorError):
     """A scenario that cannot be replayed; `problems` lists `field: message` lines."""
 
     def __init__(self, what: str, problems: Sequence[str]) -> None:

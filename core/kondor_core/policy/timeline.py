@@ -30,12 +30,12 @@ from kondor_core.policy.model import (
     BackfillExited,
     BackfillStarted,
     BenchmarksDone,
+    EngineError,
     Event,
     Fact,
     JobExited,
     JobGone,
     LeaseRenewed,
-    PolicyError,
     ReleaseClaim,
     Transition,
 )
@@ -103,17 +103,17 @@ def run_timeline(
     agent = agent or SimulatedAgent()
     interval = polling_interval if polling_interval is not None else policy.polling_interval
     if interval <= 0:
-        raise PolicyError(f"pollingInterval must be positive, not {interval}")
+        raise EngineError(f"pollingInterval must be positive, not {interval}")
     ordered = list(steps)
     for previous, current in itertools.pairwise(ordered):
         if current.at < previous.at:
-            raise PolicyError(
+            raise EngineError(
                 f"timeline steps go back in time: a step at {current.at} follows one at "
                 f"{previous.at}; list steps in time order"
             )
     for item in ordered:
         if item.at < start or item.at > until:
-            raise PolicyError(f"a step at {item.at} is outside the timeline [{start}, {until}]")
+            raise EngineError(f"a step at {item.at} is outside the timeline [{start}, {until}]")
 
     facts: dict[str, Fact] = {}
     set_at: dict[str, float] = {}
@@ -188,7 +188,7 @@ def run_timeline(
 
 
 def _raise_unknown(name: str, present: set[str]) -> None:
-    raise PolicyError(
+    raise EngineError(
         f"a timeline step names slot {name!r}, which the machine does not have at that time "
         f"(slots: {', '.join(sorted(present)) or 'none'})"
     )

@@ -36,6 +36,7 @@ from kondor_core.policy.model import (
     ClaimRequest,
     Drain,
     DrainMode,
+    EngineError,
     Event,
     Fact,
     JobAd,
@@ -44,7 +45,6 @@ from kondor_core.policy.model import (
     LeaseRenewed,
     MachineContext,
     Match,
-    PolicyError,
     PreemptingClaimWithdrawn,
     ReleaseClaim,
     Shutdown,
@@ -89,9 +89,9 @@ def step(  # noqa: PLR0917 - the engine's documented positional signature
     `transitions` lists the changes made, each with its reason.
     """
     if slot.deleted:
-        raise PolicyError(f"{slot.name}: the dynamic slot was released; it takes no more steps")
+        raise EngineError(f"{slot.name}: the dynamic slot was released; it takes no more steps")
     if slot.last_step is not None and now < slot.last_step:
-        raise PolicyError(
+        raise EngineError(
             f"{slot.name}: time went backwards: now={now} is before the last step at "
             f"{slot.last_step}; steps must come in time order"
         )
@@ -156,8 +156,10 @@ def advertised(
 ) -> dict[str, Fact]:
     """The policy attributes the slot publishes in its ad at `now`.
 
-    Requirements is FALSE while Matched or Preempting (and Drained), so the slot gets no
-    further matches; otherwise it is TRUE when START locally evaluates to TRUE, and START's
+    Requirements is FALSE while the slot takes no match: Matched, Preempting, Drained, a
+    preempting claim already waiting, shutting down, or a claim whose retirement cannot be
+    undone (draining, PREEMPT) — so a negotiator reading only the ad offers it no job;
+    otherwise it is TRUE when START locally evaluates to TRUE, and START's
     text when it depends on the job ("The START Expression", "Matched State").
     """
     stepper = _Stepper(policy, slot, facts, now, machine or MachineContext())
@@ -169,7 +171,7 @@ def advertised(
         "CurrentRank": slot.claim.rank if slot.claim is not None else 0.0,
         "LastBenchmark": _timestamp(slot.last_benchmark),
     }
-    if slot.state in (State.MATCHED, State.PREEMPTING, State.DRAINED) or slot.deleted:
+    if not _takes_matches(slot, stepper):
         out["Requirements"] = False
     elif truth(stepper.evaluate_knob("START", None)) is True:
         out["Requirements"] = True
@@ -188,6 +190,15 @@ def advertised(
     if slot.pending_claim is not None and slot.state is State.CLAIMED:
         out["PreemptingRank"] = slot.pending_claim.rank
     return out
+
+
+def _takes_matches(slot: SlotState, stepper: _Stepper) -> bool:
+    """Whether the slot takes a new match now: on a Claimed slot, a preempting one."""
+    if slot.state in (State.MATCHED, State.PREEMPTING, State.DRAINED) or slot.deleted:
+        return False
+    if slot.pending_claim is not None or slot.shutting_down is not None:
+        return False
+    return slot.state is not State.CLAIMED or stepper.may_unretire()
 
 
 def hibernate(
@@ -213,7 +224,7 @@ def as_classad(job_ad: JobAd) -> Any:
         return job_ad
     if isinstance(job_ad, Mapping):
         return classad2.ClassAd(dict(job_ad))
-    raise PolicyError(f"a job ad must be a ClassAd or a mapping, not {type(job_ad).__name__}")
+    raise EngineError(f"a job ad must be a ClassAd or a mapping, not {type(job_ad).__name__}")
 
 
 def slot_prefix(name: str) -> str:
@@ -808,7 +819,7 @@ class _Stepper:
         elif isinstance(event, BackfillExited):
             self.on_backfill_exit()
         else:  # pragma: no cover - the Event union is closed
-            raise PolicyError(f"{s.name}: unknown event {event!r}")
+            raise EngineError(f"{s.name}: unknown event {event!r}")
 
     def on_match(self, event: Match) -> None:
         s = self.s
@@ -819,8 +830,8 @@ class _Stepper:
                 event.job_ad,
                 for_user_priority=event.for_user_priority,
             )
-        except PolicyError as err:
-            raise PolicyError(f"{s.name}: match {event.claim_id}: {err}") from None
+        except EngineError as err:
+            raise EngineError(f"{s.name}: match {event.claim_id}: {err}") from None
         refuse = None
         if s.kind is SlotKind.PARTITIONABLE:
             refuse = "a partitionable slot is claimed through a dynamic slot (use step_machine)"
@@ -1009,7 +1020,7 @@ class _Stepper:
 
     def on_drain(self, event: Drain) -> None:
         if self.machine.draining is None:
-            raise PolicyError(
+            raise EngineError(
                 f"{self.s.name}: draining is machine-wide; pass Drain to step_machine"
             )
         s = self.s
@@ -1089,7 +1100,7 @@ class _Stepper:
                 Activity.IDLE,
             ):
                 return
-        raise PolicyError(
+        raise EngineError(
             f"{self.s.name}: the policy did not settle after {_MAX_CHANGES} changes at "
             f"time {self.now} (last: {self.transitions[-1].reason if self.transitions else '-'})"
         )

@@ -1,4 +1,4 @@
-"""The slot model: layouts with shares, carving, slot ads and the `kondor simulate` placement.
+"""The slot model: layouts with shares, carving and slot ads.
 
 The reference's "Slots: where jobs run", "Dividing System Resources in Multi-core
 Machines", "Dynamic Provisioning", "Configuring GPUs" and "condor_negotiator-Side
@@ -21,7 +21,6 @@ from kondor_core.slots.carve import (
     unclaim,
 )
 from kondor_core.slots.layout import Layout, LayoutError, MachineTotals, SlotLayout, layout
-from kondor_core.slots.simulate import Placement, Simulation, job_ad, simulate
 
 __all__ = [
     "AdRenderer",
@@ -31,9 +30,7 @@ __all__ = [
     "LayoutError",
     "MachineTotals",
     "PartitionableSlot",
-    "Placement",
     "Refusal",
-    "Simulation",
     "Slot",
     "SlotAd",
     "SlotLayout",
@@ -42,10 +39,8 @@ __all__ = [
     "claim",
     "gpu_ad_name",
     "initial_slots",
-    "job_ad",
     "layout",
     "release",
-    "simulate",
     "slot_ads",
     "unclaim",
 ]

@@ -27,11 +27,12 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from functools import cached_property
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import classad2
 
 from kondor_core.classads import ExpressionError, parse_expr
+from kondor_core.config.effective import EffectivePolicy
 from kondor_core.slots.layout import (
     GPUS,
     UNIT_WORDS,
@@ -52,9 +53,6 @@ JOB_DEFAULTS = {
 _STANDARD_REQUESTS = {"cpus": "RequestCpus", "memory": "RequestMemory", "disk": "RequestDisk"}
 #: Request* job attributes that do not ask for a machine resource.
 _NOT_RESOURCES = {"requestvirtualmemory"}
-
-if TYPE_CHECKING:
-    from kondor_core.config.effective import EffectivePolicy
 
 
 @dataclass(frozen=True)
@@ -169,9 +167,16 @@ def initial_slots(result: Layout) -> tuple[Slot, ...]:
 
 
 def carve(
-    pslot: PartitionableSlot, request_ad: Any, *, request: str | None = None
+    pslot: PartitionableSlot,
+    request_ad: Any,
+    *,
+    request: str | None = None,
+    child_id: int | None = None,
 ) -> tuple[PartitionableSlot, DynamicSlot] | Refusal:
-    """Carve a dynamic slot for `request_ad` out of `pslot`, or say why it does not fit."""
+    """Carve a dynamic slot for `request_ad` out of `pslot`, or say why it does not fit.
+
+    The dynamic slot takes number `child_id` (the startd's own numbering) or, without one,
+    the lowest number not in use."""
     needs = requested(pslot, request_ad)
     if isinstance(needs, Refusal):
         return needs
@@ -202,7 +207,7 @@ def carve(
         gpus = chosen
     child = DynamicSlot(
         parent_id=pslot.layout.slot_id,
-        child_id=pslot.next_child,
+        child_id=pslot.next_child if child_id is None else child_id,
         type_id=pslot.layout.type_id,
         resources={resource: amounts.get(resource, 0) for resource in pslot.remaining},
         gpus=gpus,

@@ -25,18 +25,15 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from fractions import Fraction
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import classad2
 
 from kondor_core.api.machine import GpuProperty, Machine
 from kondor_core.classads import ExpressionError, is_error, is_undefined, parse_expr
-from kondor_core.slots.shares import STANDARD, Share, ShareSpec, canonical_resource
-
-if TYPE_CHECKING:
-    # kondor_core.config.effective imports the shares module of this package, so this
-    # package reads it at call time, not at import time.
-    from kondor_core.config.effective import EffectivePolicy, SlotTypeDef
+from kondor_core.config.effective import DEFAULT_CONSUMPTION, EffectivePolicy, SlotTypeDef
+from kondor_core.config.shares import STANDARD, Share, ShareSpec, canonical_resource
+from kondor_core.errors import KondorError
 
 #: The carved resources, in the order ads and messages list them.
 SIZED = ("memory", "disk", "swap")
@@ -49,7 +46,7 @@ UNIT_WORDS = {"cpus": "cores", "memory": "MiB", "disk": "KiB", "swap": "MiB", GP
 ATTRIBUTE = {"cpus": "Cpus", "memory": "Memory", "disk": "Disk", "swap": "VirtualMemory"}
 
 
-class LayoutError(ValueError):
+class LayoutError(KondorError):
     """A slot layout the machine cannot have, naming the slot type, the resource and the numbers."""
 
 
@@ -156,8 +153,6 @@ def layout(machine: Machine, policy: EffectivePolicy) -> Layout:
 
 def _default_type() -> SlotTypeDef:
     """HTCondor's default: one partitionable slot with 100% of everything."""
-    from kondor_core.config.effective import SlotTypeDef  # noqa: PLC0415 - import cycle
-
     everything = Share("fraction", Fraction(1), None, "100%")
     return SlotTypeDef(id=1, count=1, partitionable=True, shares=ShareSpec({}, everything, "100%"))
 
@@ -471,8 +466,6 @@ def _string_literal(text: str) -> str | None:
 
 def _consumption(slot_type: SlotTypeDef, totals: MachineTotals) -> dict[str, str]:
     """CONSUMPTION_<resource> for each carved resource: the slot type's, else the defaults."""
-    from kondor_core.config.effective import DEFAULT_CONSUMPTION  # noqa: PLC0415 - import cycle
-
     given: dict[str, str] = {}
     for name, text in slot_type.consumption.items():
         canonical = canonical_resource(name)

@@ -11,7 +11,7 @@ from kondor_core.api.slotpolicy import SlotPolicySpec
 from kondor_core.classads import ClassAd, evaluate
 from kondor_core.config import EffectivePolicy, PolicyError, compile_policy
 from kondor_core.config.effective import DEFAULT_CONSUMPTION, DEFAULT_MODIFY_REQUEST
-from kondor_core.slots.shares import ShareSpec
+from kondor_core.config.shares import ShareSpec
 
 
 def _compile(config: str = "", **fields: Any) -> EffectivePolicy:

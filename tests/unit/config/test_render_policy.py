@@ -10,7 +10,7 @@ import pytest
 from kondor_core.api.slotpolicy import SlotPolicySpec
 from kondor_core.config import compile_policy, policy_hash, render_policy, shares_text
 from kondor_core.config.effective import EffectivePolicy
-from kondor_core.slots.shares import ShareSpec, parse_shares, shares_from_map
+from kondor_core.config.shares import ShareSpec, parse_shares, shares_from_map
 
 
 def _compile(config: str = "", **fields: Any) -> EffectivePolicy:

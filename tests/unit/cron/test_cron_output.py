@@ -7,8 +7,9 @@ from typing import Any
 
 import pytest
 
-from kondor_core.cron import CronJob, merge_into_slots, parse_output, record
+from kondor_core.cron import CronJob, parse_output, record
 from kondor_core.slots import SlotAd
+from kondor_core.startd import merge_into_slots
 
 JOB = CronJob(name="test", executable="test", period=60)
 

@@ -9,9 +9,9 @@ from kondor_core.classads import ExpressionError
 from kondor_core.policy import (
     ActivateClaim,
     Drain,
+    EngineError,
     MachineState,
     Match,
-    PolicyError,
     SlotState,
     StartdPolicy,
     TimelineStep,
@@ -54,20 +54,20 @@ def test_unparsable_startd_attribute_names_it() -> None:
     ],
 )
 def test_settings_must_have_the_right_type(knob: str, text: str, expected: str) -> None:
-    with pytest.raises(PolicyError, match=knob) as caught:
+    with pytest.raises(EngineError, match=knob) as caught:
         StartdPolicy.compile({knob: text})
     assert expected in str(caught.value)
 
 
 def test_time_going_backwards_is_rejected() -> None:
     d = driver(policy_from()).at(100)
-    with pytest.raises(PolicyError, match=r"time went backwards: now=99 is before .* 100"):
+    with pytest.raises(EngineError, match=r"time went backwards: now=99 is before .* 100"):
         d.at(99)
     policy = policy_from()
     machine = step_machine(policy, MachineState.start(["slot1@n"]), {}, 50).machine
-    with pytest.raises(PolicyError, match="time went backwards"):
+    with pytest.raises(EngineError, match="time went backwards"):
         step_machine(policy, machine, {}, 49)
-    with pytest.raises(PolicyError, match="steps go back in time"):
+    with pytest.raises(EngineError, match="steps go back in time"):
         run_timeline(
             policy,
             MachineState.start(["slot1@n"]),
@@ -79,9 +79,9 @@ def test_time_going_backwards_is_rejected() -> None:
 def test_events_for_unknown_slots_are_rejected() -> None:
     policy = policy_from()
     machine = MachineState.start(["slot1@n"])
-    with pytest.raises(PolicyError, match=r"'slot9@n'.*slots: slot1@n"):
+    with pytest.raises(EngineError, match=r"'slot9@n'.*slots: slot1@n"):
         step_machine(policy, machine, {}, 0, slot_events={"slot9@n": [ActivateClaim()]})
-    with pytest.raises(PolicyError, match="slot9@n"):
+    with pytest.raises(EngineError, match="slot9@n"):
         run_timeline(
             policy,
             machine,
@@ -92,15 +92,15 @@ def test_events_for_unknown_slots_are_rejected() -> None:
 
 def test_slot_events_must_not_be_machine_wide() -> None:
     policy = policy_from()
-    with pytest.raises(PolicyError, match="addressed to one slot"):
+    with pytest.raises(EngineError, match="addressed to one slot"):
         step_machine(policy, MachineState.start(["slot1@n"]), {}, 0, [ActivateClaim()])
-    with pytest.raises(PolicyError, match="draining is machine-wide"):
+    with pytest.raises(EngineError, match="draining is machine-wide"):
         step(policy, SlotState(name="slot1@n"), {}, None, 0, [Drain()])
 
 
 def test_a_job_ad_must_be_an_ad() -> None:
     d = driver(policy_from()).at(0)
-    with pytest.raises(PolicyError, match="job ad must be a ClassAd or a mapping"):
+    with pytest.raises(EngineError, match="job ad must be a ClassAd or a mapping"):
         d.at(5, Match("c1", ["Owner", "alice"], job_id="a.1"))
 
 

@@ -10,6 +10,7 @@ import pytest
 
 from kondor_core.api.machine import Machine
 from kondor_core.config.effective import EffectivePolicy, SlotTypeDef
+from kondor_core.config.shares import parse_shares
 from kondor_core.slots import (
     PartitionableSlot,
     Refusal,
@@ -22,7 +23,6 @@ from kondor_core.slots import (
     unclaim,
 )
 from kondor_core.slots.carve import DynamicSlot
-from kondor_core.slots.shares import parse_shares
 
 BIG = 500_000_000  # "disk = BIG", in KiB
 

@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 from kondor_core.api.machine import Machine
 from kondor_core.config.effective import EffectivePolicy, SlotTypeDef
+from kondor_core.config.shares import parse_shares
 from kondor_core.slots import (
     PartitionableSlot,
     Refusal,
@@ -21,7 +22,6 @@ from kondor_core.slots import (
     layout,
     release,
 )
-from kondor_core.slots.shares import parse_shares
 
 CAPABILITIES = (7.0, 7.5, 8.0, 9.0)
 

@@ -10,6 +10,7 @@ import classad2
 
 from kondor_core.api.machine import Machine
 from kondor_core.config.effective import EffectivePolicy, SlotTypeDef
+from kondor_core.config.shares import parse_shares
 from kondor_core.slots import (
     PartitionableSlot,
     Refusal,
@@ -22,7 +23,6 @@ from kondor_core.slots import (
     slot_ads,
 )
 from kondor_core.slots.carve import StaticSlot
-from kondor_core.slots.shares import parse_shares
 
 GPUS = [
     {"id": "GPU-6a96bd13", "properties": {"Capability": 8.0, "DeviceName": "NVIDIA A100"}},

@@ -10,8 +10,8 @@ import pytest
 
 from kondor_core.api.machine import Machine
 from kondor_core.config.effective import EffectivePolicy, SlotTypeDef
+from kondor_core.config.shares import parse_shares
 from kondor_core.slots import LayoutError, layout
-from kondor_core.slots.shares import parse_shares
 
 
 def machine(**fields: Any) -> Machine:

@@ -16,6 +16,7 @@ from fractions import Fraction
 from typing import Literal
 
 from kondor_core.classads import check_expr
+from kondor_core.errors import KondorError
 
 STANDARD = ("cpus", "memory", "disk", "swap")
 
@@ -37,7 +38,7 @@ _AMOUNT = re.compile(
 )
 
 
-class ShareError(ValueError):
+class ShareError(KondorError):
     """A share that cannot be read, with the field it came from."""
 
 

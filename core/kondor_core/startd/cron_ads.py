@@ -1,7 +1,6 @@
-"""Startd cron ads kept between runs and merged into the slot ads.
+"""Startd cron ads merged into the slot ads.
 
-The reference's "Startd Cron": an ad replaces the earlier ad of its full name (job name
-joined with its tag); each slot ad takes every ad whose targeting attributes select it,
+The reference's "Startd Cron": each slot ad takes every ad whose targeting attributes select it,
 tried in order of priority — SlotMergeConstraint (evaluated with the slot ad as TARGET),
 then SlotName or Name (a prefix of the slot's Name), then SlotTypeId, then SlotId — and an
 ad with none of them goes to every slot. STARTD_CRON_<job>_SLOTS limits the slot ids.
@@ -14,39 +13,12 @@ created, before any named one).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from kondor_core.classads import ClassAd, ExpressionError, evaluate, parse_expr
-from kondor_core.cron.output import CronAd
+from kondor_core.cron import CronAd, CronAds, merge_order
 from kondor_core.slots.ads import SlotAd, literal_or_expression
-
-CronAds = Mapping[str, CronAd]
-
-
-def record(current: CronAds, ads: Iterable[CronAd]) -> dict[str, CronAd]:
-    """`current` with each of `ads` replacing the ad of its full name (new names appended)."""
-    out = dict(current)
-    for ad in ads:
-        out[ad.full_name] = ad
-    return out
-
-
-def retain(current: CronAds, jobs: Iterable[str]) -> dict[str, CronAd]:
-    """Only the ads of `jobs` (a job removed from the policy takes its ads with it)."""
-    kept = set(jobs)
-    return {name: ad for name, ad in current.items() if ad.job in kept}
-
-
-def merge_order(current: CronAds, jobs: Sequence[str] = ()) -> list[CronAd]:
-    """The ads in merge order: per job (in `jobs` order, then any other), its own ad, then
-    its named ads as they first appeared."""
-    rank = {job: index for index, job in enumerate(jobs)}
-    ads = list(current.values())
-    return sorted(
-        ads,
-        key=lambda ad: (rank.get(ad.job, len(rank)), ad.tag != "", ads.index(ad)),
-    )
 
 
 def selects(ad: CronAd, slot: SlotAd, slot_classad: Any = None) -> bool:
@@ -109,11 +81,6 @@ def merge_into_slots(
                     expressions.add(name)
         out.append(SlotAd(slot.name, attributes, frozenset(expressions)))
     return out
-
-
-def attribute_names(current: CronAds) -> frozenset[str]:
-    """Every attribute the cron ads set (what the agent treats as volatile)."""
-    return frozenset(name for ad in current.values() for name in ad.attributes)
 
 
 def _ad_of(ad: CronAd) -> Any:

@@ -11,8 +11,10 @@ import pytest
 from kondor_core.api.job import ExecutionJobSpec
 from kondor_core.api.machine import Machine
 from kondor_core.config.effective import EffectivePolicy, SlotTypeDef
-from kondor_core.slots import LayoutError, Placement, job_ad, simulate
-from kondor_core.slots.shares import parse_shares
+from kondor_core.config.shares import parse_shares
+from kondor_core.jobs import job_ad
+from kondor_core.negotiation import Placement, simulate
+from kondor_core.slots import LayoutError
 
 
 def machine(**fields: Any) -> Machine:
@@ -107,7 +109,7 @@ def test_requests_are_carved_in_order_from_the_partitionable_slot() -> None:
     refused = sim.placements[2]
     assert refused.slot is None and refused.reason is not None
     assert "no slot takes c" in refused.reason
-    assert "slot1: not enough Cpus: the job needs 8 cores, 5 left of 8" in refused.reason
+    assert "slot1@node-a: not enough Cpus: the job needs 8 cores, 5 left of 8" in refused.reason
     names = [ad["Name"] for ad in sim.slots]
     assert names == ["slot1@node-a", "slot1_1@node-a", "slot1_2@node-a", "slot1_3@node-a"]
     slot1_1, slot1_2 = sim.slots[1], sim.slots[2]
@@ -179,15 +181,15 @@ def test_start_and_job_requirements_decide_before_resources() -> None:
     assert sim.placements[1] == Placement("alice-job", "slot1@node-a")
     arm = sim.placements[2]
     assert arm.slot is None and arm.reason is not None
-    assert "slot1 is Claimed" in arm.reason
-    assert "slot2: the job's Requirements are false for this slot" in arm.reason
-    assert "slot3: the job's Requirements are false" in arm.reason
+    assert "slot1@node-a is Claimed" in arm.reason
+    assert "slot2@node-a: the job's Requirements are not TRUE for it" in arm.reason
+    assert "slot3@node-a: the job's Requirements are not TRUE for it" in arm.reason
 
 
 def test_start_false_is_named_in_the_reason() -> None:
     policy = EffectivePolicy(expressions={"START": 'TARGET.Owner =!= "mallory"'})
     sim = simulate(machine(), policy, requests(("m", {"owner": "mallory"})))
-    assert sim.placements[0].reason == "no slot takes m: slot1: START is false for this job"
+    assert sim.placements[0].reason == "no slot takes m: slot1@node-a: START is FALSE for the job"
 
 
 def test_requests_written_as_classad_text_get_condor_submit_s_defaults() -> None:

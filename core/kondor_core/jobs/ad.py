@@ -1,0 +1,110 @@
+"""The job ClassAd of an ExecutionJob, built in one place with condor_submit's names and units.
+
+`kondor simulate`, the timeline replay, the negotiator and the agent all read a job through
+this ad, so a policy such as `START = $(IsVanilla)` sees the same job everywhere.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import classad2
+
+from kondor_core.api.job import ExecutionJobSpec
+from kondor_core.classads import parse_expr
+from kondor_core.slots.layout import attribute_name
+
+#: Kondor's jobs are vanilla-universe jobs ("JobUniverse" in the job ClassAd attributes).
+VANILLA_UNIVERSE = 5
+#: JobStatus as a number, as the job ClassAd holds it (condor_q's I R X C H S).
+JOB_STATUS = {"Idle": 1, "Running": 2, "Removed": 3, "Completed": 4, "Held": 5, "Suspended": 7}
+
+
+def job_ad(
+    spec: ExecutionJobSpec,
+    name: str,
+    *,
+    cluster_id: int | None = None,
+    qdate: int | None = None,
+    job_status: str = "Idle",
+) -> Any:
+    """The job ClassAd: condor_submit's Request*/Require*/Requirements/Rank names, memory in
+    MiB and disk in KiB, JobPrio, Owner, ClusterId/ProcId, QDate, JobStatus, KillSig,
+    MaxJobRetirementTime, JobMaxVacateTime, the runtime's Cmd, Args, Environment, Iwd, In,
+    Out, Err, `JobUniverse = 5` unless the spec's extra attributes (HTCondor's `+Attr`) set
+    it, then those attributes.
+
+    Raises `kondor_core.classads.ExpressionError` naming the field of an unparsable expression.
+    """
+    values: dict[str, Any] = {
+        "MyType": "Job",
+        "TargetType": "Machine",
+        "GlobalJobId": name,
+        "JobUniverse": VANILLA_UNIVERSE,
+        "RequestCpus": spec.request_cpus,
+        "RequestMemory": spec.request_memory_mib,
+        "RequestDisk": spec.request_disk_kib,
+        "RequestGPUs": spec.request_gpus,
+        "JobPrio": spec.priority,
+        "Requirements": True,
+        "Rank": 0.0,
+        "JobStatus": JOB_STATUS.get(job_status, 1),
+        "KillSig": spec.kill_sig,
+        "ProcId": 0,
+    }
+    if cluster_id is not None:
+        values["ClusterId"] = cluster_id
+    if qdate is not None:
+        values["QDate"] = qdate
+    values.update(_runtime(spec))
+    for resource, amount in spec.request_resources.items():
+        values[f"Request{attribute_name(resource)}"] = (
+            int(amount) if amount == int(amount) else amount
+        )
+    if spec.owner is not None:
+        values["Owner"] = spec.owner
+    expressions = {
+        "RequireGPUs": spec.require_gpus,
+        "Requirements": spec.requirements,
+        "Rank": spec.rank,
+        "MaxJobRetirementTime": spec.max_job_retirement_time,
+        "JobMaxVacateTime": spec.job_max_vacate_time,
+    }
+    for attribute, text in expressions.items():
+        if text is not None:
+            values[attribute] = parse_expr(text, field=attribute)
+    for attribute, text in spec.attributes.items():
+        values[attribute] = parse_expr(text, field=f"attributes.{attribute}")
+    return classad2.ClassAd(values)
+
+
+def _runtime(spec: ExecutionJobSpec) -> dict[str, Any]:
+    """Cmd, Arguments, Environment, Iwd, In, Out, Err of the process or Apptainer runtime
+    (condor_submit's new-syntax Arguments and Environment strings), and the container image."""
+    runtime = spec.process or spec.apptainer
+    if runtime is None:
+        return {"Cmd": "pod"} if spec.pod is not None else {}
+    values: dict[str, Any] = {
+        "Cmd": runtime.executable,
+        "Arguments": " ".join(_quoted(arg) for arg in runtime.arguments),
+        "Environment": " ".join(f"{k}={_quoted(v)}" for k, v in runtime.environment.items()),
+    }
+    for attribute, value in (
+        ("Iwd", runtime.working_directory),
+        ("In", runtime.input),
+        ("Out", runtime.output),
+        ("Err", runtime.error),
+    ):
+        if value is not None:
+            values[attribute] = value
+    if spec.apptainer is not None:
+        values["ContainerImage"] = spec.apptainer.image
+    return values
+
+
+def _quoted(text: str) -> str:
+    """One word of condor_submit's new argument syntax: single-quoted when it has spaces or
+    quotes, a single quote doubled inside."""
+    if text and not any(c in text for c in " \t'\""):
+        return text
+    return "'" + text.replace("'", "''") + "'"

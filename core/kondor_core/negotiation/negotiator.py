@@ -1,0 +1,222 @@
+"""One negotiation cycle, as the condor_negotiator runs it, as a pure function of its inputs.
+
+The negotiator sees what the collector would hold: the idle jobs' ads and the slot ads the
+startds published ("Matchmaking with ClassAds", "The RANK Expression" in the reference).
+For each idle job, best JobPrio first and then in submission order, it looks at every slot
+ad that takes a match:
+
+- an Unclaimed slot (static or partitionable), or a static slot running backfill;
+- a Claimed slot whose RANK for the job is greater than its CurrentRank (RANK preemption),
+  unless the slot advertises Requirements FALSE (a preempting claim already waits, the claim
+  is retiring for good, the startd drains or shuts down).
+
+The job's Requirements (MY = the job, TARGET = the slot) and the slot's START (MY = the
+slot, TARGET = the job) must both be TRUE, and a partitionable slot must have what the job
+consumes left. The best slot is chosen by `matchmaking.choose` (job Rank, an idle slot
+before a preempted one, slot RANK, slot order). A partitionable slot takes several jobs in
+one cycle: what each match consumes (its Consumption<Res> expressions when the slot has a
+consumption policy, else the job's Request<Res>) is taken off the slot's ad for the rest of
+the cycle. A static slot must hold what the job requests (condor_submit adds that to a
+job's Requirements; Kondor's negotiator checks it itself), and it or a preempted claim takes
+one job per cycle.
+
+The startd has the last word: it re-checks START and the resources when the match arrives
+(`kondor_core.startd.tick`), so a match the negotiator's view allowed may still be refused,
+and the job waits for the next cycle. User priorities, fair share and priority preemption
+arrive with the accountant; they order and filter what this cycle does, nothing more.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import classad2
+
+from kondor_core.classads import match_scope, parse_expr
+from kondor_core.negotiation.matchmaking import Candidate, choose
+from kondor_core.policy.evaluation import describe, number, rewrite_time, truth
+from kondor_core.slots.layout import UNIT_WORDS
+
+#: Resources every partitionable slot ad has, with the request a job makes when it says none.
+_STANDARD = {"Cpus": 1, "Memory": 0, "Disk": 0}
+
+
+@dataclass(frozen=True)
+class IdleJob:
+    """An idle job in the queue: its id, its ClassAd (`kondor_core.jobs.job_ad`), and its
+    place in submission order."""
+
+    id: str
+    ad: Any = field(compare=False, repr=False)
+    order: int = 0
+
+    @property
+    def priority(self) -> int:
+        """JobPrio (0 when the ad has none or it is not a whole number)."""
+        value = self.ad.get("JobPrio")
+        return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+
+@dataclass(frozen=True)
+class Matched:
+    """A job matched to a slot (by the slot ad's Name), with the ranks it was chosen by and
+    whether it preempts the slot's current claim."""
+
+    job: str
+    slot: str
+    job_rank: float = 0.0
+    slot_rank: float = 0.0
+    preempts: bool = False
+
+
+@dataclass(frozen=True)
+class Cycle:
+    """What one cycle decided: the matches in the order made, and why each unmatched job found
+    no slot (HTCondor's LastRejMatchReason)."""
+
+    matches: tuple[Matched, ...]
+    rejections: Mapping[str, str]
+
+
+def slot_offer(attributes: Mapping[str, Any], expressions: Collection[str], now: float) -> Any:
+    """A published slot ad as the negotiator evaluates it at `now`: a ClassAd whose
+    expressions read `time()` as `now` (MyCurrentTime), so a policy's timers give the same
+    answer to the negotiator as to the startd, in simulated time as in real time."""
+    values: dict[str, Any] = {}
+    for key, value in attributes.items():
+        if key in expressions:
+            values[key] = parse_expr(rewrite_time(str(value)), field=key)
+        elif isinstance(value, dict):
+            values[key] = classad2.ClassAd(value)
+        else:
+            values[key] = value
+    values["MyCurrentTime"] = math.floor(now)
+    return classad2.ClassAd(values)
+
+
+def negotiate(jobs: Sequence[IdleJob], offers: Sequence[Any]) -> Cycle:
+    """One cycle: match `jobs` to the slot ads `offers` (from `slot_offer`), in condor_status
+    order. The offers are not modified."""
+    ads = list(offers)
+    consumed: set[int] = set()
+    taken: set[int] = set()
+    matches: list[Matched] = []
+    rejections: dict[str, str] = {}
+    for job in sorted(jobs, key=lambda j: (-j.priority, j.order)):
+        refusals: list[str] = []
+        candidates: list[Candidate] = []
+        for order, ad in enumerate(ads):
+            if order in taken:
+                refusals.append(f"{ad.get('Name')} is Claimed")  # by a match of this cycle
+                continue
+            candidate = _candidate(job.ad, ad, order, refusals)
+            if candidate is not None:
+                candidates.append(candidate)
+        choice = choose(job.ad, candidates)
+        if choice.slot is None:
+            why = "; ".join([*refusals, *choice.reasons]) or "no slot is Unclaimed"
+            rejections[job.id] = why
+            continue
+        index = next(c.order for c in candidates if c.slot == choice.slot)
+        chosen = next(c for c in candidates if c.order == index)
+        if ads[index].get("PartitionableSlot") is True and not chosen.preempts:
+            if index not in consumed:  # what the cycle takes stays in this cycle's copy
+                ads[index] = copy.deepcopy(ads[index])
+                consumed.add(index)
+            _consume(ads[index], job.ad)
+        else:
+            taken.add(index)
+        matches.append(
+            Matched(job.id, choice.slot, choice.job_rank, chosen.slot_rank, choice.preempts)
+        )
+    return Cycle(tuple(matches), rejections)
+
+
+def _candidate(job: Any, ad: Any, order: int, refusals: list[str]) -> Candidate | None:
+    """The slot as a candidate for the job, or None (and why, in `refusals`) when it takes
+    no match for the job now."""
+    name = str(ad.get("Name", f"slot #{order + 1}"))
+    state = ad.get("State")
+    if ad.get("Requirements") is False:
+        refusals.append(f"{name} is {state}/{ad.get('Activity')} and takes no match")
+        return None
+    partitionable = ad.get("PartitionableSlot") is True
+    slot_rank = _number(ad, "Rank", job)
+    preempts = state == "Claimed" and slot_rank > _plain(ad.get("CurrentRank"))
+    open_states = ("Unclaimed",) if partitionable else ("Unclaimed", "Backfill")
+    if not preempts and state not in open_states:
+        refusals.append(f"{name} is {state}")
+        return None
+    short = _shortfall(ad, job)
+    if short is not None:
+        refusals.append(f"{name}: {short}")
+        return None
+    start = _evaluate(ad, "Start", job)
+    accepts = truth(start) is True
+    reason = "" if accepts else f"START is {describe(start)} for the job"
+    return Candidate(name, ad, accepts, slot_rank, preempts, order, reason)
+
+
+def _consumption(ad: Any, job: Any) -> dict[str, float]:
+    """What `job` takes of the slot `ad`, by attribute: a dynamic slot's share of a
+    partitionable slot, or what a static slot must hold (it is not resized)."""
+    resources = dict(_STANDARD)
+    if "GPUs" in ad:
+        resources["GPUs"] = 0
+    for key in ad.keys():  # noqa: SIM118 - classad2 ads iterate like this
+        if key.startswith("TotalSlot") and key[9:] not in ("VirtualMemory", *resources):
+            resources[key[9:]] = 0
+    out: dict[str, float] = {}
+    for attribute, default in resources.items():
+        if f"Consumption{attribute}" in ad:
+            value = _evaluate(ad, f"Consumption{attribute}", job)
+        else:
+            value = job.eval(f"Request{attribute}") if f"Request{attribute}" in job else default
+        amount = number(value)
+        out[attribute] = math.ceil(amount) if amount is not None and amount > 0 else 0
+    return out
+
+
+def _shortfall(ad: Any, job: Any) -> str | None:
+    for attribute, amount in _consumption(ad, job).items():
+        left = _plain(ad.get(attribute))
+        if amount > left:
+            unit = UNIT_WORDS.get(attribute.lower(), "")
+            total = _whole(_plain(ad.get(f"TotalSlot{attribute}", left)))
+            return (
+                f"not enough {attribute}: the job needs {amount} {unit}".rstrip()
+                + f", {_whole(left)} left of {total}"
+            )
+    return None
+
+
+def _consume(ad: Any, job: Any) -> None:
+    for attribute, amount in _consumption(ad, job).items():
+        if amount:
+            ad[attribute] = _whole(_plain(ad.get(attribute)) - amount)
+
+
+def _evaluate(ad: Any, attribute: str, job: Any) -> Any:
+    value = ad.get(attribute)
+    if isinstance(value, classad2.ExprTree):
+        return value.eval(match_scope(ad, job), job)
+    return value
+
+
+def _number(ad: Any, attribute: str, job: Any) -> float:
+    """A numeric expression of the slot for the job; 0 when UNDEFINED, ERROR or not a number."""
+    return _plain(_evaluate(ad, attribute, job))
+
+
+def _plain(value: Any) -> float:
+    if isinstance(value, bool):
+        return 1.0 if value else 0.0
+    return float(value) if isinstance(value, int | float) else 0.0
+
+
+def _whole(value: float) -> int | float:
+    return int(value) if float(value).is_integer() else value
