@@ -17,7 +17,7 @@ from typing import Any
 
 import yaml
 
-from kondor_cli import status
+from kondor_cli import jobs, status
 from kondor_cli.files import (
     UserError,
     load_machine,
@@ -142,6 +142,7 @@ def build_parser() -> argparse.ArgumentParser:
     comp.set_defaults(func=_compile)
 
     status.add_parser(commands)
+    jobs.add_parsers(commands)
 
     for plugin in entry_points(group="kondor.commands"):
         plugin.load()(commands)
