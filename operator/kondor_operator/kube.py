@@ -22,6 +22,7 @@ from kubernetes.client.exceptions import ApiException
 
 from kondor_core.api import (
     API_VERSION,
+    EXECUTION_JOBS,
     EXECUTION_POINTS,
     GROUP,
     MERGE_PATCH,
@@ -163,6 +164,45 @@ class Kube:
             *(GROUP, VERSION, SLOT_POLICIES, name, dict(patch)),
             _content_type=MERGE_PATCH,
         )
+
+    def patch_execution_job_status(
+        self, namespace: str, name: str, patch: Mapping[str, Any], resource_version: str | None
+    ) -> dict[str, Any] | None:
+        """Merge-patch the job's status subresource, guarded by the resourceVersion the
+        decision was made on: the job as it is now, or None when it changed meanwhile (409)
+        or is gone (404); the next watch event brings what changed."""
+        body = dict(patch)
+        if resource_version:
+            body["metadata"] = {"resourceVersion": resource_version}
+        try:
+            updated = self.objects.patch_namespaced_custom_object_status(
+                GROUP, VERSION, namespace, EXECUTION_JOBS, name, body, _content_type=MERGE_PATCH
+            )
+        except ApiException as error:
+            if error.status in (404, 409):
+                return None
+            raise
+        return updated if isinstance(updated, dict) else None
+
+    def patch_execution_job(
+        self, namespace: str, name: str, patch: Mapping[str, Any]
+    ) -> dict[str, Any] | None:
+        """Merge-patch the job object (its labels): the job as it is now, None when gone."""
+        try:
+            updated = self.objects.patch_namespaced_custom_object(
+                GROUP,
+                VERSION,
+                namespace,
+                EXECUTION_JOBS,
+                name,
+                dict(patch),
+                _content_type=MERGE_PATCH,
+            )
+        except ApiException as error:
+            if error.status == 404:
+                return None
+            raise
+        return updated if isinstance(updated, dict) else None
 
     def post_event(self, ref: ObjectRef, event: Event) -> None:
         """Post a core/v1 Event; a failure is logged, never raised (Events are best effort)."""

@@ -1,4 +1,5 @@
-"""`kondor-operator`: the kopf operator that keeps one ExecutionPoint per selected node.
+"""`kondor-operator`: the kopf operator that keeps one ExecutionPoint per selected node and
+runs the pool's schedd and negotiator (kondor_operator.negotiator).
 
     kondor-operator [--kubeconfig PATH] [--context NAME] [--namespace NS]
                     [--webhook-addr A] [--webhook-host H] [--webhook-port N]
@@ -32,7 +33,7 @@ from pathlib import Path
 import kopf
 from kubernetes import client
 
-from kondor_operator import handlers
+from kondor_operator import handlers, negotiator
 from kondor_operator.kube import Kube, bearer_token, default_identity, load_configuration
 from kondor_operator.leader import LeaderElector, LeaseTimings
 from kondor_operator.metrics import Metrics
@@ -251,6 +252,7 @@ async def run(options: Options) -> int:
     reconciler = Reconciler(
         Kube(api_client, instance=options.identity), metrics, resync=options.resync
     )
+    schedd = negotiator.Negotiator(Kube(api_client, instance=options.identity), metrics)
     registry = kopf.OperatorRegistry()
     handlers.register(
         registry,
@@ -259,11 +261,16 @@ async def run(options: Options) -> int:
         webhook=options.webhook is not None,
         webhook_fails_closed=options.webhook_failure_policy == "Fail",
     )
+    negotiator.register(registry, schedd)
 
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stop.set)
+
+    def on_leadership(leading: bool) -> None:
+        metrics.set_leader(leading)
+        schedd.set_leading(leading)  # no job write once the Lease is lost
 
     elector = None
     if options.leader_election:
@@ -273,7 +280,7 @@ async def run(options: Options) -> int:
             name=options.lease,
             identity=options.identity,
             timings=options.timings,
-            on_change=metrics.set_leader,
+            on_change=on_leadership,
         )
         metrics.set_leader(False)
         if not await elector.acquire(stop):

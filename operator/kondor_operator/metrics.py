@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections import Counter as Tally
 from collections.abc import Iterable, Mapping
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_server
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 
 PREFIX = "kondor_operator"
 
@@ -48,6 +48,29 @@ class Metrics:
         self.leader = Gauge(
             f"{PREFIX}_leader",
             "1 while this replica holds the leader Lease (or runs without election)",
+            registry=self.registry,
+        )
+
+        self.negotiation_cycle = Histogram(
+            f"{PREFIX}_negotiation_cycle_seconds",
+            "Duration of one negotiation cycle (matchmaking and its writes)",
+            buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
+            registry=self.registry,
+        )
+        self.matches = Counter(
+            f"{PREFIX}_negotiation_matches",
+            "Jobs matched to a slot by the negotiator (written to the job's status)",
+            registry=self.registry,
+        )
+        self.idle_jobs = Gauge(
+            f"{PREFIX}_idle_jobs",
+            "Idle jobs the last negotiation cycle negotiated for",
+            registry=self.registry,
+        )
+        self.job_writes = Counter(
+            f"{PREFIX}_job_writes",
+            "ExecutionJob writes by what (status, label) and result (ok, conflict, error)",
+            ["what", "result"],
             registry=self.registry,
         )
 

@@ -56,6 +56,13 @@ from kondor_core.api.meta import (
     model_patch,
     parse_time,
 )
+from kondor_core.api.pool import (
+    DEFAULT_MATCH_TIMEOUT,
+    DEFAULT_NEGOTIATOR_INTERVAL,
+    DEFAULT_POOL,
+    POOLS,
+    PoolSpec,
+)
 from kondor_core.api.quantity import Unit, format_quantity, parse_quantity, to_unit
 from kondor_core.api.slotpolicy import (
     POLICY_EXPRESSIONS,
@@ -69,11 +76,15 @@ from kondor_core.api.slotpolicy import (
 
 __all__ = [
     "API_VERSION",
+    "DEFAULT_MATCH_TIMEOUT",
+    "DEFAULT_NEGOTIATOR_INTERVAL",
+    "DEFAULT_POOL",
     "EXECUTION_JOBS",
     "EXECUTION_POINTS",
     "GROUP",
     "MERGE_PATCH",
     "POLICY_EXPRESSIONS",
+    "POOLS",
     "RUNTIMES",
     "SLOT_POLICIES",
     "VERSION",
@@ -98,6 +109,7 @@ __all__ = [
     "OperatorStatus",
     "OwnerReference",
     "PodRuntime",
+    "PoolSpec",
     "ProcessRuntime",
     "Reserved",
     "ResolvedPolicy",

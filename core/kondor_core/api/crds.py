@@ -19,6 +19,7 @@ from pydantic import BaseModel
 from kondor_core.api.executionpoint import ExecutionPointSpec, ExecutionPointStatus
 from kondor_core.api.job import ExecutionJobSpec, ExecutionJobStatus
 from kondor_core.api.meta import EXECUTION_JOBS, EXECUTION_POINTS, GROUP, SLOT_POLICIES, VERSION
+from kondor_core.api.pool import POOLS, PoolSpec
 from kondor_core.api.slotpolicy import SlotPolicySpec, SlotPolicyStatus
 
 _DROP = {"title", "default", "additionalProperties", "$defs", "x-kondor-classad"}
@@ -108,6 +109,20 @@ KINDS: tuple[Kind, ...] = (
             _AGE,
         ),
         "A job: requests, requirements, rank, priority and a runtime (process, apptainer or pod).",
+    ),
+    Kind(
+        "Pool",
+        POOLS,
+        "Cluster",
+        PoolSpec,
+        None,  # the accountant's user priorities and usage will be its status
+        (),
+        (
+            _column("Interval", ".spec.negotiatorInterval", "integer"),
+            _column("MatchTimeout", ".spec.matchTimeout", "integer"),
+            _AGE,
+        ),
+        "The pool's negotiator settings; the operator reads only the Pool named default.",
     ),
 )
 

@@ -1,0 +1,442 @@
+"""The schedd's part of the job path (docs/jobs.md, steps 1, 4 and 5) as pure functions.
+
+HTCondor's condor_schedd keeps the job queue and claims the slots the negotiator matched;
+in Kondor the queue is the ExecutionJobs, the claim is the agent's answer in
+`status.execution`, and the operator writes what the schedd would record. Two decisions:
+
+- `follow(job, now, settings)`: what one job's status becomes from its user commands
+  (`spec.hold`, `spec.remove`: condor_hold, condor_release, condor_rm), the agent's answer
+  to its current claim, and MATCH_TIMEOUT;
+- `plan_cycle(jobs, execution_points, now, settings)`: one negotiation cycle
+  (`kondor_core.negotiation.negotiator.negotiate`) over the idle jobs and the slot ads of
+  the fresh ExecutionPoints, and what each job's status becomes from it.
+
+Both return `JobChange`s: the operator's new part of the status (an `ExecutionJobStatus`;
+`execution` is the agent's and is never written) and the ExecutionPoint label wanted.
+`status_patch` and `label_patch` turn one into the merge patches the operator sends.
+
+Time is epoch seconds, given; nothing here reads a clock.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from kondor_core.api import (
+    ExecutionJob,
+    ExecutionJobStatus,
+    ExecutionPoint,
+    JobExecution,
+    PoolSpec,
+    condition,
+    format_time,
+    merge_patch,
+    parse_time,
+    set_condition,
+)
+from kondor_core.classads import ExpressionError
+from kondor_core.jobs import job_ad
+from kondor_core.negotiation.negotiator import IdleJob, negotiate, slot_offer
+
+#: The label that names the ExecutionPoint a job is matched to (the agent watches it).
+EXECUTION_POINT_LABEL = "kondor.io/execution-point"
+#: HoldReasonCode 1, UserRequest ("Job ClassAd Attributes": HoldReasonCode).
+HOLD_USER_REQUEST = 1
+#: HoldReasonCode 6, FailedToCreateProcess: a Failed answer that names no code of its own.
+HOLD_FAILED_TO_CREATE_PROCESS = 6
+#: Statuses a job never leaves (a Completed or Removed job leaves HTCondor's queue).
+_FINAL = ("Completed", "Removed")
+#: Answers that mean the job's process started under the claim (numJobStarts counts them).
+_STARTED = ("Running", "Suspended", "Exited", "Killed")
+#: The operator's part of the status: every field but the agent's `execution`.
+_AGENT_FIELD = "execution"
+#: The condition that says whether the job holds a match, and names its last claim: the
+#: claim number survives a match that ended unanswered, so the next claim never repeats it.
+MATCHED = "Matched"
+_CLAIM_NUMBER = re.compile(r"^claim \S*#(\d+)")
+
+
+@dataclass(frozen=True)
+class JobChange:
+    """What the operator writes for one job: its new status (the operator's fields; the
+    agent's `execution` is carried as read and never written) and the value of the
+    `kondor.io/execution-point` label (None: no label), with a short why for the log."""
+
+    namespace: str
+    name: str
+    status: ExecutionJobStatus
+    execution_point: str | None
+    why: str
+
+
+# ---- follow: one job's status from its commands and the agent's answer -------------------------
+
+
+def follow(
+    job: ExecutionJob, now: float, settings: PoolSpec, *, cluster_id: int | None = None
+) -> JobChange | None:
+    """The job's status after its user commands, the agent's answer to its claim and
+    MATCH_TIMEOUT at `now` (docs/jobs.md, steps 4 and 5); None when nothing changes.
+
+    `cluster_id` is the ClusterId to give a job that has none yet (a new job: Idle, its
+    ClusterId, no starts). A deleted job (deletionTimestamp) changes no more.
+
+    In order: a Completed or Removed job stays so; `spec.remove` makes it Removed
+    (condor_rm); `spec.hold` makes it Held with HoldReasonCode 1 (condor_hold; a job held
+    by the system becomes held by the user, so clearing `spec.hold` releases it); a job
+    Held by the user whose `spec.hold` is cleared is Idle (condor_release); then the
+    agent's answer to the current claim: Rejected -> Idle with LastRejMatchReason,
+    Running -> Running (NumJobStarts + 1 once per claim), Suspended -> Suspended, Exited ->
+    Completed with ExitCode/ExitSignal and CompletionDate, Failed -> Held with the agent's
+    hold reason, Killed -> Idle, matched again; a match unanswered after MATCH_TIMEOUT ->
+    Idle. Commands keep the claim and the label (the agent finds the job by the label and
+    kills its process); a job back to Idle has neither.
+    """
+    if job.metadata.deletion_timestamp:
+        return None
+    old = job.status
+    status = old if old is not None else ExecutionJobStatus()
+    if status.cluster_id is None and cluster_id is not None:
+        status = status.model_copy(update={"cluster_id": cluster_id})
+    new, why = _next(job, status, now, settings)
+    label = new.execution_point
+    if old is not None and _operator_part(old) == _operator_part(new):
+        if job.metadata.labels.get(EXECUTION_POINT_LABEL) == label:
+            return None
+        why = "label follows the status"
+    return JobChange(job.metadata.namespace or "", job.metadata.name, new, label, why)
+
+
+def _next(
+    job: ExecutionJob, status: ExecutionJobStatus, now: float, settings: PoolSpec
+) -> tuple[ExecutionJobStatus, str]:
+    spec = job.spec
+    if status.job_status in _FINAL:
+        return status, f"stays {status.job_status}"
+    if spec.remove:
+        return status.model_copy(update={"job_status": "Removed"}), "condor_rm"
+    held_by_user = status.job_status == "Held" and status.hold_reason_code == HOLD_USER_REQUEST
+    if spec.hold:
+        if held_by_user:
+            return status, "stays Held"
+        owner = spec.owner or "unknown"
+        return status.model_copy(
+            update={
+                "job_status": "Held",
+                "hold_reason": f"via condor_hold (by user {owner})",
+                "hold_reason_code": HOLD_USER_REQUEST,
+            }
+        ), "condor_hold"
+    if held_by_user:
+        return _idle(status, now, "Released"), "condor_release"
+    if status.job_status == "Held":
+        return status, "stays Held (held by the system: set spec.hold, then clear it, to release)"
+    answer = _answer(status)
+    if answer is not None:
+        return _answered(status, answer, now)
+    if status.claim_id is not None and status.job_status == "Idle":
+        matched = parse_time(status.match_time or "")
+        if matched is None or now - matched.timestamp() >= settings.match_timeout:
+            where = status.execution_point or "the execution point"
+            reason = (
+                f"{where} did not answer the match within MATCH_TIMEOUT ({settings.match_timeout}s)"
+            )
+            return _idle(status, now, "MatchTimeout", reason), "MATCH_TIMEOUT"
+    return status, "no change"
+
+
+def _answer(status: ExecutionJobStatus) -> JobExecution | None:
+    """The agent's answer to the job's current claim (None: none yet, or an older claim's)."""
+    execution = status.execution
+    if execution is None or status.claim_id is None or execution.claim_id != status.claim_id:
+        return None
+    return execution
+
+
+def _answered(
+    status: ExecutionJobStatus, answer: JobExecution, now: float
+) -> tuple[ExecutionJobStatus, str]:
+    # The job is Idle while its claim is not started: a first answer that says it started
+    # counts one start, and later answers of the same claim see it Running already.
+    starts = status.num_job_starts
+    if answer.state in _STARTED and status.job_status == "Idle":
+        starts += 1
+    if answer.state == "Rejected":
+        reason = answer.reason or f"{status.execution_point} refused the match"
+        return _idle(status, now, "Rejected", reason), "match rejected by the startd"
+    if answer.state in ("Running", "Suspended"):
+        update = {"job_status": answer.state, "num_job_starts": starts}
+        return status.model_copy(update=update), answer.state
+    if answer.state == "Exited":
+        return status.model_copy(
+            update={
+                "job_status": "Completed",
+                "num_job_starts": starts,
+                "exit_code": answer.exit_code,
+                "exit_signal": answer.exit_signal,
+                "completion_date": answer.end_time or format_time(now),
+            }
+        ), "exited"
+    if answer.state == "Failed":
+        return status.model_copy(
+            update={
+                "job_status": "Held",
+                "hold_reason": answer.hold_reason or "the job could not be started",
+                "hold_reason_code": answer.hold_reason_code or HOLD_FAILED_TO_CREATE_PROCESS,
+            }
+        ), "failed to start"
+    # Killed with neither hold nor remove (those were handled first): vacated by policy.
+    idle = _idle(status, now, "Vacated")
+    return idle.model_copy(update={"num_job_starts": starts}), "vacated"
+
+
+def _idle(
+    status: ExecutionJobStatus, now: float, why: str, reason: str | None = None
+) -> ExecutionJobStatus:
+    """Idle again, to be matched anew: no claim, no hold; LastRejMatchReason when given;
+    the Matched condition False, still naming the claim given up."""
+    update: dict[str, Any] = {
+        "job_status": "Idle",
+        "execution_point": None,
+        "slot": None,
+        "claim_id": None,
+        "match_time": None,
+        "hold_reason": None,
+        "hold_reason_code": None,
+    }
+    if reason is not None:
+        update["last_rej_match_reason"] = reason
+    if status.claim_id is not None:
+        message = f"claim {status.claim_id} given up: {reason or why}"
+        given_up = condition(MATCHED, False, why, message)
+        update["conditions"] = set_condition(status.conditions, given_up, now)
+    return status.model_copy(update=update)
+
+
+# ---- patches ------------------------------------------------------------------------------------
+
+
+def _operator_part(status: ExecutionJobStatus) -> dict[str, Any]:
+    dumped = status.dump()
+    dumped.pop(_AGENT_FIELD, None)
+    return dumped
+
+
+def status_patch(old: ExecutionJobStatus | None, new: ExecutionJobStatus) -> dict[str, Any]:
+    """The merge patch of the status subresource that turns the operator's fields of `old`
+    into those of `new` (a field gone becomes null); `execution`, the agent's, is never in
+    it. Empty when nothing changes."""
+    before = _operator_part(old) if old is not None else {}
+    patch = merge_patch(before, _operator_part(new))
+    return {"status": patch} if patch else {}
+
+
+def label_patch(labels: Mapping[str, str], execution_point: str | None) -> dict[str, Any]:
+    """The merge patch of the object that sets (or removes, for None) the ExecutionPoint
+    label; empty when it is already so."""
+    if labels.get(EXECUTION_POINT_LABEL) == execution_point:
+        return {}
+    return {"metadata": {"labels": {EXECUTION_POINT_LABEL: execution_point}}}
+
+
+# ---- the negotiation cycle ---------------------------------------------------------------------
+
+
+#: The fair-share hook: which idle jobs a cycle negotiates for and in what order (their
+#: `IdleJob.order`). The default keeps submission order; the accountant (user priorities
+#: with half-life decay, quotas) will be one of these, fed by the Pool's status.
+Accountant = Callable[[Sequence[IdleJob]], Sequence[IdleJob]]
+
+
+def submission_order(jobs: Sequence[IdleJob]) -> Sequence[IdleJob]:
+    """Every idle job, in submission order (no user priorities yet)."""
+    return jobs
+
+
+@dataclass(frozen=True)
+class CyclePlan:
+    """What one cycle decided: the job changes (matches and new LastRejMatchReasons), how
+    many jobs it negotiated for and matched, and the slots it could not read (why)."""
+
+    changes: tuple[JobChange, ...]
+    idle: int
+    matched: int
+    problems: tuple[str, ...] = ()
+    withheld: tuple[str, ...] = field(default=())
+
+
+def is_idle(job: ExecutionJob) -> bool:
+    """Negotiated for: Idle, not held, not removed, no claim, not being deleted."""
+    status = job.status
+    return (
+        status is not None
+        and status.cluster_id is not None
+        and status.job_status == "Idle"
+        and status.claim_id is None
+        and not job.spec.hold
+        and not job.spec.remove
+        and not job.metadata.deletion_timestamp
+    )
+
+
+def pending_claim(job: ExecutionJob) -> tuple[str, str] | None:
+    """(ExecutionPoint, slot) of a match the agent has not answered yet, else None."""
+    status = job.status
+    if (
+        status is None
+        or status.claim_id is None
+        or status.execution_point is None
+        or status.slot is None
+        or status.job_status in _FINAL
+        or _answer(status) is not None
+    ):
+        return None
+    return status.execution_point, status.slot
+
+
+def job_key(job: ExecutionJob) -> str:
+    """The job's id in a cycle: namespace/name."""
+    return f"{job.metadata.namespace or ''}/{job.metadata.name}"
+
+
+def submission_key(job: ExecutionJob) -> tuple[float, int, str]:
+    """Submission order: creationTimestamp, then ClusterId (then the name, for equal ones)."""
+    created = parse_time(job.metadata.creation_timestamp or "")
+    status = job.status
+    cluster = status.cluster_id if status is not None and status.cluster_id is not None else 0
+    return (created.timestamp() if created else math.inf, cluster, job_key(job))
+
+
+def plan_cycle(
+    jobs: Iterable[ExecutionJob],
+    execution_points: Iterable[ExecutionPoint],
+    now: float,
+    settings: PoolSpec,
+    *,
+    accountant: Accountant = submission_order,
+) -> CyclePlan:
+    """One negotiation cycle (docs/jobs.md, step 1): the idle jobs (`is_idle`), as job ads
+    with ClusterId and QDate, in submission order (`submission_key`) as `accountant` admits
+    and orders them, against the slot ads of the ExecutionPoints whose heartbeat the
+    operator judged Fresh, in ExecutionPoint-name then slot order; one `negotiate` call.
+
+    A match makes the job's status name the ExecutionPoint, the slot, a new claim
+    (`<uid>#<n>`, n one past any claim the job had) and the match time, and labels the job;
+    the job stays Idle until the agent runs it. An unmatched job gets LastRejMatchReason.
+
+    A slot with a match the agent has not answered yet (`pending_claim`) is not offered:
+    its published ad does not show the claim yet, and offering it again would hand the
+    same resources out twice. Withholding it, rather than taking the pending jobs' share
+    off its ad, keeps the consumption arithmetic in one place (the negotiator's) and
+    cannot double-count once the agent publishes the carved slot; the cost is that a
+    partitionable slot takes no further job until the agent answers (one polling
+    interval, or MATCH_TIMEOUT at worst).
+    """
+    all_jobs = list(jobs)
+    pending = {where for job in all_jobs if (where := pending_claim(job)) is not None}
+    idle = sorted((job for job in all_jobs if is_idle(job)), key=submission_key)
+    by_key = {job_key(job): job for job in idle}
+    queue: list[IdleJob] = []
+    changes: list[JobChange] = []
+    for order, job in enumerate(idle):
+        try:
+            queue.append(IdleJob(job_key(job), _ad(job), order))
+        except ExpressionError as error:  # admission parses these; a job from before may not
+            changes += _rejected(job, f"the job's ad cannot be built: {error}")
+    offers, owners, problems, withheld = _offers(execution_points, pending, now)
+    admitted = list(accountant(queue))
+    cycle = negotiate(admitted, offers)
+    stamp = format_time(now)
+    for matched in cycle.matches:
+        job = by_key[matched.job]
+        status = job.status or ExecutionJobStatus()
+        ep = owners[matched.slot]
+        claim = f"{job.metadata.uid or job.metadata.name}#{_next_claim(status)}"
+        holds = condition(MATCHED, True, "Matched", f"claim {claim} on {matched.slot}")
+        new = status.model_copy(
+            update={
+                "execution_point": ep,
+                "slot": matched.slot,
+                "claim_id": claim,
+                "match_time": stamp,
+                "conditions": set_condition(status.conditions, holds, now),
+            }
+        )
+        why = f"matched to {matched.slot}" + (" (preempting its claim)" if matched.preempts else "")
+        namespace = job.metadata.namespace or ""
+        changes.append(JobChange(namespace, job.metadata.name, new, ep, why))
+    for key, reason in cycle.rejections.items():
+        changes += _rejected(by_key[key], reason)
+    return CyclePlan(
+        tuple(changes), len(admitted), len(cycle.matches), tuple(problems), tuple(withheld)
+    )
+
+
+def _ad(job: ExecutionJob) -> Any:
+    status = job.status
+    created = parse_time(job.metadata.creation_timestamp or "")
+    return job_ad(
+        job.spec,
+        job_key(job),
+        cluster_id=status.cluster_id if status is not None else None,
+        qdate=math.floor(created.timestamp()) if created is not None else None,
+    )
+
+
+def _rejected(job: ExecutionJob, reason: str) -> list[JobChange]:
+    """LastRejMatchReason, written only when it says something new."""
+    status = job.status or ExecutionJobStatus()
+    if status.last_rej_match_reason == reason:
+        return []
+    new = status.model_copy(update={"last_rej_match_reason": reason})
+    namespace = job.metadata.namespace or ""
+    return [JobChange(namespace, job.metadata.name, new, None, "no match")]
+
+
+def _next_claim(status: ExecutionJobStatus) -> int:
+    """One past the job's starts and any claim number it shows (its claim, the agent's
+    last answer, the Matched condition), so a new claim never repeats an earlier one."""
+    seen = [status.num_job_starts]
+    for claim in (status.claim_id, status.execution.claim_id if status.execution else None):
+        number = (claim or "").rpartition("#")[2]
+        if number.isdigit():
+            seen.append(int(number))
+    for held in status.conditions:
+        found = _CLAIM_NUMBER.match(held.message) if held.type == MATCHED else None
+        if found:
+            seen.append(int(found.group(1)))
+    return max(seen) + 1
+
+
+def _offers(
+    execution_points: Iterable[ExecutionPoint], pending: set[tuple[str, str]], now: float
+) -> tuple[list[Any], dict[str, str], list[str], list[str]]:
+    """The slot ads offered (in ExecutionPoint-name then slot order), which ExecutionPoint
+    each slot name is on, the slots that could not be read, and the slots withheld."""
+    offers: list[Any] = []
+    owners: dict[str, str] = {}
+    problems: list[str] = []
+    withheld: list[str] = []
+    for ep in sorted(execution_points, key=lambda ep: ep.metadata.name):
+        status = ep.status
+        name = ep.metadata.name
+        if status is None or status.operator.heartbeat != "Fresh" or ep.metadata.deletion_timestamp:
+            continue
+        for slot in status.slots:
+            if (name, slot.name) in pending:
+                withheld.append(f"{name}/{slot.name}")
+                continue
+            if not slot.ad:
+                problems.append(f"{name}/{slot.name}: the slot publishes no ad")
+                continue
+            try:
+                offers.append(slot_offer(slot.ad, set(slot.expressions), now))
+            except ExpressionError as error:
+                problems.append(f"{name}/{slot.name}: {error}")
+                continue
+            owners[str(slot.ad.get("Name", slot.name))] = name
+    return offers, owners, problems, withheld

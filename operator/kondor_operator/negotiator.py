@@ -1,0 +1,475 @@
+"""The operator's schedd and negotiator loop: gather from kopf's indexes, call
+`kondor_core.negotiation.schedd`, write what it decided.
+
+ExecutionJobs (all namespaces), ExecutionPoints and the Pool reach it through `@kopf.index`
+(DESIGN.md, "Scale": no change-detecting handlers, so no annotation writes on jobs), and
+`@kopf.on.event` handlers only mark what changed. One task does every write, serially:
+
+- after a job event (debounced), the job follows its commands and the agent's answer
+  (`schedd.follow`), a new job getting its ClusterId;
+- every `negotiatorInterval` (Pool `default`), and soon after a job is submitted or a job
+  or ExecutionPoint change frees a slot, one negotiation cycle (`schedd.plan_cycle`), after
+  following every job (MATCH_TIMEOUT expires with time, not with an event).
+
+Status is written with merge patches of the status subresource, guarded by the
+resourceVersion the decision was made on, so a decision taken on a stale view (kopf's
+index lags the operator's own writes by a watch event) is refused with 409 and retaken on
+the next event instead of matching a job twice. What a write returned is used until the
+index catches up with it. The label follows with a merge patch of the object.
+`status.execution` is the agent's and is never written.
+
+It runs inside kopf, which starts only once this replica holds the leader Lease
+(kondor_operator.main), and writes nothing while `leading` says otherwise.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable, Collection, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import kopf
+from pydantic import ValidationError
+
+from kondor_core.api import (
+    DEFAULT_POOL,
+    EXECUTION_JOBS,
+    EXECUTION_POINTS,
+    GROUP,
+    POOLS,
+    VERSION,
+    ExecutionJob,
+    ExecutionPoint,
+    PoolSpec,
+    describe_errors,
+)
+from kondor_core.negotiation.schedd import (
+    Accountant,
+    JobChange,
+    label_patch,
+    plan_cycle,
+    status_patch,
+    submission_order,
+)
+from kondor_core.negotiation.schedd import follow as follow_job
+from kondor_operator.metrics import Metrics
+
+logger = logging.getLogger(__name__)
+
+#: Index ids (kopf passes each index to handlers as a keyword argument of this name).
+JOBS_INDEX = "negotiator_jobs"
+EXECUTION_POINTS_INDEX = "negotiator_executionpoints"
+POOLS_INDEX = "negotiator_pools"
+
+#: kopf's index: key -> the values the indexed objects gave for it.
+Index = Mapping[Any, Collection[Any]]
+
+
+class JobWriter(Protocol):
+    """The writes the negotiator makes (kondor_operator.kube.Kube, or a fake in tests)."""
+
+    def patch_execution_job_status(
+        self, namespace: str, name: str, patch: Mapping[str, Any], resource_version: str | None
+    ) -> dict[str, Any] | None: ...
+    def patch_execution_job(
+        self, namespace: str, name: str, patch: Mapping[str, Any]
+    ) -> dict[str, Any] | None: ...
+
+
+# ---- index values --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class JobEntry:
+    """An ExecutionJob in the index, parsed, with the resourceVersion it was read at."""
+
+    job: ExecutionJob
+    resource_version: str | None
+
+    @property
+    def key(self) -> str:
+        return job_key(self.job.metadata.namespace or "", self.job.metadata.name)
+
+
+def job_key(namespace: str, name: str) -> str:
+    return f"{namespace}/{name}"
+
+
+def _plain(body: Mapping[str, Any]) -> dict[str, Any]:
+    # kopf's bodies are live views of the watch stream: read a copy.
+    return {key: body.get(key) for key in ("apiVersion", "kind", "metadata", "spec", "status")}
+
+
+def job_entry(body: Mapping[str, Any]) -> JobEntry | None:
+    """The job as the negotiator reads it; None (with a warning) when it does not parse,
+    which admission prevents for anything written since the webhook was installed."""
+    data = {key: value for key, value in _plain(body).items() if value is not None}
+    metadata = data.get("metadata") or {}
+    try:
+        job = ExecutionJob.model_validate(data)
+    except ValidationError as error:
+        logger.warning(
+            "ExecutionJob %s/%s ignored: %s",
+            metadata.get("namespace"),
+            metadata.get("name"),
+            "; ".join(describe_errors(error)),
+        )
+        return None
+    version = metadata.get("resourceVersion")
+    return JobEntry(job, str(version) if version else None)
+
+
+def execution_point_entry(body: Mapping[str, Any]) -> ExecutionPoint | None:
+    """The ExecutionPoint with its slot ads; None (with a warning) when it does not parse."""
+    data = {key: value for key, value in _plain(body).items() if value is not None}
+    try:
+        return ExecutionPoint.model_validate(data)
+    except ValidationError as error:
+        name = (data.get("metadata") or {}).get("name")
+        logger.warning("ExecutionPoint %s not offered: %s", name, "; ".join(describe_errors(error)))
+        return None
+
+
+def pool_entry(body: Mapping[str, Any]) -> PoolSpec:
+    """The Pool's spec; the defaults (with a warning) when it does not parse."""
+    try:
+        return PoolSpec.model_validate(dict(body.get("spec") or {}))
+    except ValidationError as error:
+        name = (body.get("metadata") or {}).get("name")
+        logger.warning("Pool %s: defaults used: %s", name, "; ".join(describe_errors(error)))
+        return PoolSpec()
+
+
+def offer_signature(body: Mapping[str, Any]) -> tuple[Any, ...]:
+    """What of an ExecutionPoint a cycle's offers depend on, without the clock and the
+    heartbeat time: an agent's periodic report that changes none of it starts no cycle."""
+    status = body.get("status") or {}
+    operator = status.get("operator") or {}
+    slots = status.get("slots") or []
+    return (
+        operator.get("heartbeat"),
+        tuple(
+            tuple(slot.get(key) for key in ("name", "state", "activity", "cpus", "memory", "gpus"))
+            for slot in slots
+            if isinstance(slot, Mapping)
+        ),
+    )
+
+
+def _single(index: Index | None) -> dict[Any, Any]:
+    if index is None:
+        return {}
+    return {key: next(iter(values)) for key, values in index.items() if values}
+
+
+# ---- the loop ------------------------------------------------------------------------------------
+
+
+@dataclass
+class Pass:
+    """What one pass did: jobs followed and written, whether a cycle ran and matched."""
+
+    followed: int = 0
+    written: int = 0
+    cycle: bool = False
+    matched: int = 0
+    idle: int = 0
+    frees: bool = False
+    problems: list[str] = field(default_factory=list)
+
+
+class Negotiator:
+    """The schedd (following jobs) and the negotiator (cycles) of the operator."""
+
+    def __init__(
+        self,
+        writer: JobWriter,
+        metrics: Metrics,
+        *,
+        clock: Callable[[], float] = time.time,
+        monotonic: Callable[[], float] = time.monotonic,
+        debounce: float = 0.5,
+        accountant: Accountant = submission_order,
+    ) -> None:
+        self.writer = writer
+        self.metrics = metrics
+        self.clock = clock
+        self.monotonic = monotonic
+        self.debounce = debounce
+        self.accountant = accountant
+        self.leading = True
+        self._jobs: Index | None = None
+        self._execution_points: Index | None = None
+        self._pools: Index | None = None
+        self._dirty: set[str] = set()
+        self._soon = True
+        self._wake = asyncio.Event()
+        self._last_cycle: float | None = None
+        self._cluster_id = 0
+        #: key -> (resourceVersion written against, the job as the write returned it).
+        self._written: dict[str, tuple[str | None, JobEntry]] = {}
+        self._offers_seen: dict[str, tuple[Any, ...]] = {}
+
+    # -- inputs
+
+    def attach(self, jobs: Index, execution_points: Index, pools: Index) -> None:
+        """Read from kopf's indexes (live mappings kopf keeps current)."""
+        self._jobs, self._execution_points, self._pools = jobs, execution_points, pools
+        self.cycle_soon()
+
+    def set_leading(self, leading: bool) -> None:
+        self.leading = leading
+
+    def job_changed(self, key: str, event_type: str | None) -> None:
+        """A job's watch event: follow it soon; a new job also wants a cycle."""
+        self._dirty.add(key)
+        if event_type in (None, "ADDED"):
+            self._soon = True
+        self._wake.set()
+
+    def execution_point_changed(self, name: str, body: Mapping[str, Any] | None) -> None:
+        """An ExecutionPoint's watch event: a cycle soon when what it offers changed."""
+        signature = offer_signature(body) if body is not None else None
+        if signature is None:
+            self._offers_seen.pop(name, None)
+            return
+        if self._offers_seen.get(name) != signature:
+            self._offers_seen[name] = signature
+            self.cycle_soon()
+
+    def cycle_soon(self) -> None:
+        self._soon = True
+        self._wake.set()
+
+    def settings(self) -> PoolSpec:
+        """The Pool `default`'s spec, or the defaults when there is none."""
+        pool = _single(self._pools).get(DEFAULT_POOL)
+        return pool if isinstance(pool, PoolSpec) else PoolSpec()
+
+    def jobs(self) -> dict[str, JobEntry]:
+        """The jobs as the index has them, with what this operator's writes returned for
+        those whose write the index has not seen yet."""
+        jobs = {
+            key: entry for key, entry in _single(self._jobs).items() if isinstance(entry, JobEntry)
+        }
+        for key, (before, written) in list(self._written.items()):
+            current = jobs.get(key)
+            if current is not None and current.resource_version == before:
+                jobs[key] = written
+            else:  # the index caught up (or the job is gone)
+                del self._written[key]
+        return jobs
+
+    def execution_points(self) -> list[ExecutionPoint]:
+        return [
+            ep for ep in _single(self._execution_points).values() if isinstance(ep, ExecutionPoint)
+        ]
+
+    # -- one pass
+
+    def run_once(self, dirty: Collection[str], *, cycle: bool) -> Pass:
+        """Follow the `dirty` jobs (every job when `cycle`), then run a cycle if asked."""
+        done = Pass(cycle=cycle)
+        now = self.clock()
+        settings = self.settings()
+        jobs = self.jobs()
+        self._cluster_id = max(
+            [self._cluster_id]
+            + [
+                e.job.status.cluster_id
+                for e in jobs.values()
+                if e.job.status is not None and e.job.status.cluster_id is not None
+            ]
+        )
+        for key in sorted(jobs) if cycle else sorted(dirty):
+            entry = jobs.get(key)
+            if entry is None:
+                continue
+            done.followed += 1
+            change = follow_job(entry.job, now, settings, cluster_id=self._next_cluster_id(entry))
+            if change is None:
+                continue
+            done.frees |= _frees(entry, change)
+            updated = self._write(entry, change)
+            if updated is not None:
+                done.written += 1
+                jobs[key] = updated
+        if not cycle:
+            return done
+        started = time.perf_counter()
+        plan = plan_cycle(
+            [entry.job for entry in jobs.values()],
+            self.execution_points(),
+            now,
+            settings,
+            accountant=self.accountant,
+        )
+        done.idle, done.problems = plan.idle, list(plan.problems)
+        for problem in plan.problems:
+            logger.warning("negotiation: slot not offered: %s", problem)
+        for change in plan.changes:
+            entry = jobs[job_key(change.namespace, change.name)]
+            if self._write(entry, change) is not None:
+                done.written += 1
+                if change.execution_point is not None:
+                    done.matched += 1
+                    logger.info(
+                        "matched %s/%s to %s on %s (claim %s)",
+                        change.namespace,
+                        change.name,
+                        change.status.slot,
+                        change.execution_point,
+                        change.status.claim_id,
+                    )
+        self.metrics.negotiation_cycle.observe(time.perf_counter() - started)
+        self.metrics.matches.inc(done.matched)
+        self.metrics.idle_jobs.set(plan.idle)
+        return done
+
+    def _next_cluster_id(self, entry: JobEntry) -> int | None:
+        status = entry.job.status
+        if status is not None and status.cluster_id is not None:
+            return None
+        self._cluster_id += 1
+        return self._cluster_id
+
+    def _write(self, entry: JobEntry, change: JobChange) -> JobEntry | None:
+        """Write the change (status, then label); the job as it is afterwards, or None when
+        the status write was refused (the job changed meanwhile) or this replica does not
+        lead."""
+        if not self.leading:
+            return None
+        job = entry.job
+        namespace, name = change.namespace, change.name
+        current = entry
+        patch = status_patch(job.status, change.status)
+        if patch:
+            try:
+                updated = self.writer.patch_execution_job_status(
+                    namespace, name, patch, entry.resource_version
+                )
+            except Exception:
+                self.metrics.job_writes.labels("status", "error").inc()
+                raise
+            if updated is None:
+                self.metrics.job_writes.labels("status", "conflict").inc()
+                logger.debug("%s/%s changed meanwhile; next event decides", namespace, name)
+                return None
+            self.metrics.job_writes.labels("status", "ok").inc()
+            current = self._returned(entry, updated)
+            logger.debug("%s/%s: %s", namespace, name, change.why)
+        labels = label_patch(current.job.metadata.labels, change.execution_point)
+        if labels:
+            labelled = self.writer.patch_execution_job(namespace, name, labels)
+            self.metrics.job_writes.labels("label", "gone" if labelled is None else "ok").inc()
+            if labelled is not None:
+                current = self._returned(entry, labelled)
+        return current
+
+    def _returned(self, entry: JobEntry, body: Mapping[str, Any]) -> JobEntry:
+        """The job as a write returned it, remembered until the index shows the write: until
+        then the index still has the version the first unseen write was made against."""
+        parsed = job_entry(body)
+        if parsed is None:
+            return entry
+        seen = self._written.get(entry.key)
+        before = seen[0] if seen is not None else entry.resource_version
+        self._written[entry.key] = (before, parsed)
+        return parsed
+
+    async def run(self) -> None:
+        """Follow jobs when touched, negotiate every interval and soon after a change that
+        frees a slot; until cancelled."""
+        backoff = 1.0
+        while True:
+            interval = self.settings().negotiator_interval
+            due_at = (self._last_cycle or 0.0) + interval
+            wait = max(0.0, due_at - self.monotonic()) if not self._soon else 0.0
+            woken = True
+            if wait > 0:
+                try:
+                    await asyncio.wait_for(self._wake.wait(), wait)
+                except TimeoutError:
+                    woken = False
+            if woken:
+                await asyncio.sleep(self.debounce)  # let a burst of events arrive
+            self._wake.clear()
+            cycle = self._soon or self.monotonic() >= due_at
+            dirty, self._dirty, self._soon = self._dirty, set(), False
+            try:
+                done = await asyncio.to_thread(self.run_once, dirty, cycle=cycle)
+            except Exception:
+                logger.exception("negotiator pass failed; retrying in %gs", backoff)
+                self._dirty |= dirty
+                self._soon = self._soon or cycle
+                await asyncio.sleep(backoff)
+                continue
+            if cycle:
+                self._last_cycle = self.monotonic()
+            if done.frees:
+                self._soon = True
+
+
+def _frees(entry: JobEntry, change: JobChange) -> bool:
+    """Whether the change leaves a slot (or a job) for the next cycle: a claim given up,
+    a job ended or held, a job new to the queue."""
+    before = entry.job.status
+    if before is None or before.cluster_id is None:
+        return True
+    had_claim = before.claim_id is not None and before.job_status not in ("Completed", "Removed")
+    after = change.status
+    return had_claim and (
+        after.claim_id is None or after.job_status in ("Completed", "Removed", "Held")
+    )
+
+
+# ---- kopf registration ---------------------------------------------------------------------------
+
+
+def register(registry: kopf.OperatorRegistry, negotiator: Negotiator) -> None:
+    """Register the negotiator's indexes, event handlers and its task on `registry`."""
+    tasks: list[asyncio.Task[None]] = []
+
+    @kopf.index(GROUP, VERSION, EXECUTION_JOBS, id=JOBS_INDEX, registry=registry)
+    def index_job(body: kopf.Body, **_: Any) -> dict[str, JobEntry]:
+        entry = job_entry(body)
+        return {entry.key: entry} if entry is not None else {}
+
+    @kopf.index(GROUP, VERSION, EXECUTION_POINTS, id=EXECUTION_POINTS_INDEX, registry=registry)
+    def index_execution_point(name: str, body: kopf.Body, **_: Any) -> dict[str, ExecutionPoint]:
+        entry = execution_point_entry(body)
+        return {name: entry} if entry is not None else {}
+
+    @kopf.index(GROUP, VERSION, POOLS, id=POOLS_INDEX, registry=registry)
+    def index_pool(name: str, body: kopf.Body, **_: Any) -> dict[str, PoolSpec]:
+        return {name: pool_entry(body)}
+
+    @kopf.on.startup(id="start-negotiator", registry=registry)
+    async def start_negotiator(**kwargs: Any) -> None:
+        negotiator.attach(kwargs[JOBS_INDEX], kwargs[EXECUTION_POINTS_INDEX], kwargs[POOLS_INDEX])
+        tasks.append(asyncio.create_task(negotiator.run(), name="kondor negotiator"))
+
+    @kopf.on.cleanup(id="stop-negotiator", registry=registry)
+    async def stop_negotiator(**_: Any) -> None:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+    @kopf.on.event(GROUP, VERSION, EXECUTION_JOBS, id="job-changed", registry=registry)
+    async def job_changed(namespace: str | None, name: str, type: str | None, **_: Any) -> None:
+        negotiator.job_changed(job_key(namespace or "", name), type)
+
+    @kopf.on.event(
+        GROUP, VERSION, EXECUTION_POINTS, id="negotiator-execution-point", registry=registry
+    )
+    async def execution_point_changed(
+        name: str, body: kopf.Body, type: str | None, **_: Any
+    ) -> None:
+        negotiator.execution_point_changed(name, None if type == "DELETED" else body)
+
+    @kopf.on.event(GROUP, VERSION, POOLS, id="pool-changed", registry=registry)
+    async def pool_changed(**_: Any) -> None:
+        negotiator.cycle_soon()

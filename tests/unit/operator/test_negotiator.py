@@ -1,0 +1,219 @@
+"""The operator's negotiator loop, over dict indexes and a fake writer: a new job gets its
+ClusterId and is matched in one pass; writes are guarded by resourceVersion, carry what
+the write returned until the index catches up, and never touch status.execution."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from kondor_core import startd
+from kondor_core.api import (
+    Machine,
+    PoolSpec,
+    SlotPolicySpec,
+    apply_merge_patch,
+    format_time,
+)
+from kondor_core.config import compile_policy
+from kondor_core.negotiation.schedd import EXECUTION_POINT_LABEL
+from kondor_operator.metrics import Metrics
+from kondor_operator.negotiator import (
+    Negotiator,
+    execution_point_entry,
+    job_entry,
+    offer_signature,
+    pool_entry,
+)
+
+ROOT = Path(__file__).resolve().parents[3]
+NOW = 1_800_000_000.0
+
+
+class FakeKube:
+    """Holds job objects; patches them as the API server would (resourceVersion guard)."""
+
+    def __init__(self) -> None:
+        self.objects: dict[str, dict[str, Any]] = {}
+        self.calls: list[tuple[str, str, dict[str, Any]]] = []
+        self.version = 100
+
+    def add(self, body: dict[str, Any]) -> None:
+        self.version += 1
+        body["metadata"]["resourceVersion"] = str(self.version)
+        key = f"{body['metadata']['namespace']}/{body['metadata']['name']}"
+        self.objects[key] = body
+
+    def patch_execution_job_status(
+        self, namespace: str, name: str, patch: Mapping[str, Any], resource_version: str | None
+    ) -> dict[str, Any] | None:
+        self.calls.append(("status", name, dict(patch)))
+        current = self.objects.get(f"{namespace}/{name}")
+        if current is None or current["metadata"]["resourceVersion"] != resource_version:
+            return None
+        updated = apply_merge_patch(current, {"status": patch["status"]})
+        self.version += 1
+        updated["metadata"] = {**updated["metadata"], "resourceVersion": str(self.version)}
+        self.objects[f"{namespace}/{name}"] = updated
+        return copy.deepcopy(updated)
+
+    def patch_execution_job(
+        self, namespace: str, name: str, patch: Mapping[str, Any]
+    ) -> dict[str, Any] | None:
+        self.calls.append(("label", name, dict(patch)))
+        key = f"{namespace}/{name}"
+        self.objects[key] = apply_merge_patch(self.objects[key], patch)
+        self.version += 1
+        self.objects[key]["metadata"]["resourceVersion"] = str(self.version)
+        return copy.deepcopy(self.objects[key])
+
+
+def job_body(name: str, **spec: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": "kondor.io/v1alpha1",
+        "kind": "ExecutionJob",
+        "metadata": {
+            "name": name,
+            "namespace": "ns",
+            "uid": f"uid-{name}",
+            "creationTimestamp": format_time(NOW - 60),
+        },
+        "spec": {"owner": "alice", "process": {"executable": "/bin/sleep"}, **spec},
+    }
+
+
+def ep_body(name: str) -> dict[str, Any]:
+    values = yaml.safe_load((ROOT / "examples/machines/kwok-small.yaml").read_text())
+    machine = Machine.model_validate({**values, "name": name})
+    node = startd.start(machine, compile_policy(SlotPolicySpec()), NOW)
+    status = startd.status(startd.tick(node, {}, NOW).startd, {}, NOW).dump()
+    status["lastHeartbeat"] = format_time(NOW)
+    status["operator"] = {"heartbeat": "Fresh"}
+    return {
+        "apiVersion": "kondor.io/v1alpha1",
+        "kind": "ExecutionPoint",
+        "metadata": {"name": name, "uid": f"uid-{name}"},
+        "spec": {"nodeName": name},
+        "status": status,
+    }
+
+
+class World:
+    def __init__(self) -> None:
+        self.kube = FakeKube()
+        self.eps: dict[str, list[Any]] = {}
+        self.pools: dict[str, list[Any]] = {}
+        self.negotiator = Negotiator(self.kube, Metrics(), clock=lambda: NOW)
+        self.index: dict[str, list[Any]] = {}
+        self.negotiator.attach(self.index, self.eps, self.pools)
+
+    def sync(self) -> None:
+        """The index catches up with the server (a watch event per object)."""
+        self.index.clear()
+        for key, body in self.kube.objects.items():
+            entry = job_entry(copy.deepcopy(body))
+            assert entry is not None
+            self.index[key] = [entry]
+
+    def status(self, name: str) -> dict[str, Any]:
+        return dict(self.kube.objects[f"ns/{name}"].get("status") or {})
+
+    def labels(self, name: str) -> dict[str, str]:
+        return dict(self.kube.objects[f"ns/{name}"]["metadata"].get("labels") or {})
+
+
+def test_a_new_job_gets_a_cluster_id_and_is_matched_in_one_pass() -> None:
+    world = World()
+    ep = execution_point_entry(ep_body("node-a"))
+    world.eps["node-a"] = [ep]
+    world.kube.add(job_body("j1", requestCpus=2))
+    world.kube.add(job_body("j2", requestCpus=2))
+    world.sync()
+    done = world.negotiator.run_once({"ns/j1", "ns/j2"}, cycle=True)
+    assert done.matched == 2 and done.idle == 2
+    first, second = world.status("j1"), world.status("j2")
+    assert (first["clusterId"], second["clusterId"]) == (1, 2)
+    assert first["jobStatus"] == "Idle"
+    assert first["executionPoint"] == "node-a" and first["slot"] == "slot1@node-a"
+    assert first["claimId"] == "uid-j1#1"
+    assert world.labels("j1") == {EXECUTION_POINT_LABEL: "node-a"}
+    assert all("execution" not in patch.get("status", {}) for _, _, patch in world.kube.calls)
+
+
+def test_a_stale_index_does_not_match_a_job_twice() -> None:
+    world = World()
+    world.eps["node-a"] = [execution_point_entry(ep_body("node-a"))]
+    world.kube.add(job_body("j1", requestCpus=4))
+    world.kube.add(job_body("j2", requestCpus=4))
+    world.sync()
+    world.negotiator.run_once(set(), cycle=True)
+    matched = [n for n in ("j1", "j2") if world.status(n).get("claimId")]
+    assert matched == ["j1"]
+    # The index has not seen the writes: the slot stays withheld, nothing is rewritten.
+    calls = len(world.kube.calls)
+    done = world.negotiator.run_once(set(), cycle=True)
+    assert done.matched == 0
+    assert [c for c in world.kube.calls[calls:] if c[1] == "j1"] == []
+
+
+def test_the_agent_s_answers_are_followed() -> None:
+    world = World()
+    world.eps["node-a"] = [execution_point_entry(ep_body("node-a"))]
+    world.kube.add(job_body("j1"))
+    world.sync()
+    world.negotiator.run_once(set(), cycle=True)
+    claim = world.status("j1")["claimId"]
+    body = world.kube.objects["ns/j1"]
+    body["status"]["execution"] = {"claimId": claim, "state": "Running", "slot": "slot1_1@node-a"}
+    world.kube.version += 1
+    body["metadata"]["resourceVersion"] = str(world.kube.version)
+    world.sync()
+    world.negotiator.run_once({"ns/j1"}, cycle=False)
+    assert world.status("j1")["jobStatus"] == "Running"
+    assert world.status("j1")["numJobStarts"] == 1
+    body = world.kube.objects["ns/j1"]
+    body["status"]["execution"] = {"claimId": claim, "state": "Exited", "exitCode": 3}
+    world.kube.version += 1
+    body["metadata"]["resourceVersion"] = str(world.kube.version)
+    world.sync()
+    done = world.negotiator.run_once({"ns/j1"}, cycle=False)
+    assert world.status("j1")["jobStatus"] == "Completed"
+    assert world.status("j1")["exitCode"] == 3
+    assert world.status("j1")["execution"]["state"] == "Exited"  # the agent's, untouched
+    assert done.frees
+
+
+def test_nothing_is_written_while_not_leading() -> None:
+    world = World()
+    world.eps["node-a"] = [execution_point_entry(ep_body("node-a"))]
+    world.kube.add(job_body("j1"))
+    world.sync()
+    world.negotiator.set_leading(False)
+    world.negotiator.run_once({"ns/j1"}, cycle=True)
+    assert world.kube.calls == []
+
+
+def test_the_pool_default_sets_the_settings_and_a_bad_one_means_defaults() -> None:
+    world = World()
+    assert world.negotiator.settings() == PoolSpec()
+    world.pools["default"] = [pool_entry({"spec": {"negotiatorInterval": 2, "matchTimeout": 5}})]
+    assert world.negotiator.settings() == PoolSpec(negotiator_interval=2, match_timeout=5)
+    world.pools["default"] = [
+        pool_entry({"metadata": {"name": "default"}, "spec": {"matchTimeout": 0}})
+    ]
+    assert world.negotiator.settings() == PoolSpec()
+
+
+def test_a_heartbeat_alone_does_not_change_the_offer_signature() -> None:
+    body = ep_body("node-a")
+    later = copy.deepcopy(body)
+    later["status"]["lastHeartbeat"] = format_time(NOW + 30)
+    later["status"]["slots"][0]["ad"]["MyCurrentTime"] = int(NOW + 30)
+    assert offer_signature(body) == offer_signature(later)
+    claimed = copy.deepcopy(body)
+    claimed["status"]["slots"][0]["cpus"] = 2
+    assert offer_signature(body) != offer_signature(claimed)
