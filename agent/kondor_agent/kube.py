@@ -15,6 +15,8 @@ from kubernetes import client, config, watch
 from kubernetes.client.exceptions import ApiException
 
 from kondor_core.api import (
+    EXECUTION_JOBS,
+    EXECUTION_POINT_LABEL,
     EXECUTION_POINTS,
     GROUP,
     MERGE_PATCH,
@@ -161,45 +163,156 @@ class WatchedExecutionPoint:
             self.on_change()
 
     def _run(self) -> None:
-        selector = f"metadata.name={self.name}"
-        objects = self.api.objects
-        backoff = 1.0
-        while not self._stop.is_set():
-            try:
-                listing = cast(
-                    "Mapping[str, Any]",
-                    objects.list_cluster_custom_object(
-                        GROUP, VERSION, EXECUTION_POINTS, field_selector=selector
-                    ),
-                )
-                items = listing.get("items") or []
-                self._set(items[0] if items else None)
-                self.synced = True
-                version = str((listing.get("metadata") or {}).get("resourceVersion") or "")
-                stream = watch.Watch()  # type: ignore[no-untyped-call]
-                for event in stream.stream(  # type: ignore[no-untyped-call]
-                    objects.list_cluster_custom_object,
-                    GROUP,
-                    VERSION,
-                    EXECUTION_POINTS,
-                    field_selector=selector,
-                    resource_version=version,
-                    timeout_seconds=self.timeout_seconds,
-                ):
-                    if self._stop.is_set():
-                        stream.stop()  # type: ignore[no-untyped-call]
-                        break
-                    kind, found = event.get("type"), event.get("object")
-                    if kind in ("ADDED", "MODIFIED") and isinstance(found, Mapping):
-                        self._set(found)
-                    elif kind == "DELETED":
-                        self._set(None)
-                backoff = 1.0
-            except Exception as err:  # a dropped or expired watch: list and watch again
-                self.synced = False
-                log.info("watch of executionpoint %s ended (%s); listing again", self.name, err)
-                self._stop.wait(backoff)
-                backoff = min(backoff * 2, 30.0)
+        def listed(items: list[Mapping[str, Any]]) -> None:
+            self._set(items[0] if items else None)
+            self.synced = True
+
+        def changed(kind: str, found: Mapping[str, Any]) -> None:
+            self._set(None if kind == "DELETED" else found)
+
+        def lost() -> None:
+            self.synced = False
+
+        informer(
+            lambda **kw: self.api.objects.list_cluster_custom_object(
+                GROUP, VERSION, EXECUTION_POINTS, **kw
+            ),
+            {"field_selector": f"metadata.name={self.name}"},
+            listed=listed,
+            changed=changed,
+            lost=lost,
+            stop=self._stop,
+            what=f"executionpoint {self.name}",
+            timeout_seconds=self.timeout_seconds,
+        )
+
+
+class WatchedJobs:
+    """The ExecutionJobs matched to one node (labelled `kondor.io/execution-point=<node>`), in
+    every namespace, kept by a watch: the agent reads them every cycle without a request.
+    `on_change` is called (from the watch thread) on every change of one of them."""
+
+    def __init__(
+        self,
+        api: KubernetesAPI,
+        node: str,
+        on_change: Callable[[], None] | None = None,
+        *,
+        timeout_seconds: int = 300,
+    ) -> None:
+        self.api = api
+        self.node = node
+        self.on_change = on_change
+        self.timeout_seconds = timeout_seconds
+        self._jobs: dict[str, dict[str, Any]] = {}
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=f"watch-jobs-{node}", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def jobs(self) -> list[dict[str, Any]]:
+        """The node's jobs as last seen, as plain JSON."""
+        with self._lock:
+            return [copy.deepcopy(job) for job in self._jobs.values()]
+
+    def patch_job_status(self, namespace: str, name: str, patch: Mapping[str, Any]) -> None:
+        """Merge-patch a job's status subresource; raise NotFoundError or WriteError."""
+        try:
+            self.api.objects.patch_namespaced_custom_object_status(
+                GROUP,
+                VERSION,
+                namespace,
+                EXECUTION_JOBS,
+                name,
+                dict(patch),
+                _content_type=MERGE_PATCH,
+            )
+        except ApiException as error:
+            if error.status == 404:
+                raise NotFoundError(f"executionjob {namespace}/{name} does not exist") from None
+            raise WriteError(f"{error.status} {error.reason}: {error.body}") from None
+
+    def _run(self) -> None:
+        def listed(items: list[Mapping[str, Any]]) -> None:
+            with self._lock:
+                self._jobs = {_uid(item): dict(item) for item in items}
+            self._changed()
+
+        def changed(kind: str, found: Mapping[str, Any]) -> None:
+            with self._lock:
+                if kind == "DELETED":
+                    self._jobs.pop(_uid(found), None)
+                else:
+                    self._jobs[_uid(found)] = dict(found)
+            self._changed()
+
+        informer(
+            lambda **kw: self.api.objects.list_cluster_custom_object(
+                GROUP, VERSION, EXECUTION_JOBS, **kw
+            ),
+            {"label_selector": f"{EXECUTION_POINT_LABEL}={self.node}"},
+            listed=listed,
+            changed=changed,
+            lost=lambda: None,
+            stop=self._stop,
+            what=f"executionjobs of {self.node}",
+            timeout_seconds=self.timeout_seconds,
+        )
+
+    def _changed(self) -> None:
+        if self.on_change is not None:
+            self.on_change()
+
+
+def _uid(found: Mapping[str, Any]) -> str:
+    meta = found.get("metadata") or {}
+    return str(meta.get("uid") or f"{meta.get('namespace')}/{meta.get('name')}")
+
+
+def informer(
+    list_objects: Callable[..., Any],
+    selector: Mapping[str, str],
+    *,
+    listed: Callable[[list[Mapping[str, Any]]], None],
+    changed: Callable[[str, Mapping[str, Any]], None],
+    lost: Callable[[], None],
+    stop: threading.Event,
+    what: str,
+    timeout_seconds: int,
+) -> None:
+    """List, then watch from the list's resourceVersion, until `stop`; a dropped or expired
+    watch lists again after a growing pause (client-go's informer, for a few objects)."""
+    backoff = 1.0
+    while not stop.is_set():
+        try:
+            listing = cast("Mapping[str, Any]", list_objects(**selector))
+            listed([item for item in listing.get("items") or [] if isinstance(item, Mapping)])
+            version = str((listing.get("metadata") or {}).get("resourceVersion") or "")
+            stream = watch.Watch()  # type: ignore[no-untyped-call]
+            for event in stream.stream(  # type: ignore[no-untyped-call]
+                list_objects,
+                **selector,
+                resource_version=version,
+                timeout_seconds=timeout_seconds,
+            ):
+                if stop.is_set():
+                    stream.stop()  # type: ignore[no-untyped-call]
+                    break
+                # `raw_object` is the plain JSON, also for typed lists (pods).
+                kind, found = event.get("type"), event.get("raw_object", event.get("object"))
+                if kind in ("ADDED", "MODIFIED", "DELETED") and isinstance(found, Mapping):
+                    changed(str(kind), found)
+            backoff = 1.0
+        except Exception as err:  # a dropped or expired watch: list and watch again
+            lost()
+            log.info("watch of %s ended (%s); listing again", what, err)
+            stop.wait(backoff)
+            backoff = min(backoff * 2, 30.0)
 
 
 def _spec_of(found: Mapping[str, Any] | None) -> Any:

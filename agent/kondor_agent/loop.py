@@ -19,6 +19,7 @@ from pydantic import ValidationError
 
 from kondor_agent.benchmarks import BenchmarkRunner
 from kondor_agent.cron import CronRunner
+from kondor_agent.jobs import JobRunner
 from kondor_agent.kube import ExecutionPointAPI, NotFoundError, WriteError
 from kondor_agent.metrics import AgentMetrics
 from kondor_agent.report import Coalescer
@@ -65,6 +66,10 @@ class AgentConfig:
     debounce: float = 0.5
 
 
+#: How often a running job's end is looked for between polling ticks (seconds).
+JOB_WATCH_INTERVAL = 0.2
+
+
 class Agent:
     """One node's agent. `step()` runs what is due and returns when to call it next."""
 
@@ -79,12 +84,15 @@ class Agent:
         metrics: AgentMetrics | None = None,
         cron: CronRunner | None = None,
         benchmarks: BenchmarkRunner | None = None,
+        jobs: JobRunner | None = None,
     ) -> None:
         self.config = config
         #: Runs the policy's startd cron jobs; None: no cron (their ads stay empty).
         self.cron = cron
         #: Runs Mips/KFlops when the engine asks (run-benchmarks); None: not carried out.
         self.benchmarks = benchmarks
+        #: Claims and runs the jobs matched to this node; None: no jobs (tests, --oneshot).
+        self.jobs = jobs
         if cron is not None:
             cron.machine_ad = self._machine_ad
         self.api = api
@@ -120,6 +128,8 @@ class Agent:
     def step(self) -> float:
         """Evaluate if a polling tick is due, write if a write is due; the next wake time."""
         now = self.clock()
+        if self.jobs is not None and self.jobs.any_ended():
+            self._woken = True  # a job's exit is a state change: act on it now
         if self._woken or self._next_tick is None or now >= self._next_tick:
             self._woken = False  # before the tick: a wake during it asks for another one
             self._tick(now)
@@ -127,6 +137,8 @@ class Agent:
         if self.coalescer.due(now):
             self._write(now)
         wake = self._next_tick
+        if self.jobs is not None and self.jobs.running:
+            wake = min(wake, now + JOB_WATCH_INTERVAL)
         due = self.coalescer.next_due()
         return wake if due is None else min(wake, max(due, now))
 
@@ -199,9 +211,14 @@ class Agent:
         live = self.live(now)
         self.coalescer.volatile = self.coalescer.volatile | frozenset(live)
         events = self._gather_hooks(now)
+        if self.jobs is not None:
+            for slot, said in self.jobs.events(self.startd).items():
+                events.setdefault(slot, []).extend(said)
         started = time.perf_counter()
         result = startd.tick(self.startd, live, now, slot_events=events)
         self.metrics.evaluation.observe(time.perf_counter() - started)
+        if self.jobs is not None:
+            self.jobs.delivered()
         self.startd = result.startd
         for transition in result.transitions:
             log.info(
@@ -215,9 +232,8 @@ class Agent:
             )
         pending = self._carry_out(result.actions)
         if pending:
-            # Carrying these out needs a job launcher, which this agent does not have yet.
             for action in pending:
-                log.warning("not carried out (no launcher yet): %s", action.as_dict())
+                log.warning("not carried out: %s", action.as_dict())
             self.metrics.not_carried_out(pending)
         if not self._degraded:
             self._condition(
@@ -254,7 +270,10 @@ class Agent:
         }
 
     def _carry_out(self, actions: Sequence[Action]) -> list[Action]:
-        """Start what the agent can (benchmarks); the actions left."""
+        """Carry out the jobs' actions and the benchmarks; the actions left (backfill)."""
+        assert self.startd is not None
+        if self.jobs is not None:
+            actions = self.jobs.carry_out(self.startd, actions)
         left = []
         for action in actions:
             if action.kind is ActionKind.RUN_BENCHMARKS and self.benchmarks is not None:

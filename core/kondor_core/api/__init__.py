@@ -42,6 +42,7 @@ from kondor_core.api.manifest import (
 from kondor_core.api.meta import (
     API_VERSION,
     EXECUTION_JOBS,
+    EXECUTION_POINT_LABEL,
     EXECUTION_POINTS,
     GROUP,
     MERGE_PATCH,
@@ -81,6 +82,7 @@ __all__ = [
     "DEFAULT_POOL",
     "EXECUTION_JOBS",
     "EXECUTION_POINTS",
+    "EXECUTION_POINT_LABEL",
     "GROUP",
     "MERGE_PATCH",
     "POLICY_EXPRESSIONS",

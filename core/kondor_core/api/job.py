@@ -165,7 +165,10 @@ class ExecutionJobStatus(Model):
     last_rej_match_reason: str | None = Field(
         default=None, description="LastRejMatchReason: why the last cycle found no slot"
     )
-    num_job_starts: int = 0
+    num_job_starts: int = Field(default=0, description="NumJobStarts: claims that started it")
+    num_job_matches: int = Field(
+        default=0, description="NumJobMatches: matches made (each claim id is <uid>#<number>)"
+    )
     hold_reason: str | None = None
     hold_reason_code: int | None = None
     exit_code: int | None = None

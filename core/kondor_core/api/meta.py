@@ -24,6 +24,10 @@ SLOT_POLICIES = "slotpolicies"
 EXECUTION_POINTS = "executionpoints"
 EXECUTION_JOBS = "executionjobs"
 
+#: The label the negotiator puts on a matched ExecutionJob, naming its ExecutionPoint, so an
+#: agent watches only its own node's jobs (docs/jobs.md).
+EXECUTION_POINT_LABEL = "kondor.io/execution-point"
+
 #: The content type of a JSON merge patch (RFC 7386): a map is patched key by key, so a
 #: writer changes its own fields and leaves the rest of the object (another writer's) alone.
 MERGE_PATCH = "application/merge-patch+json"

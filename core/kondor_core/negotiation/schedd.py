@@ -21,12 +21,12 @@ Time is epoch seconds, given; nothing here reads a clock.
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from kondor_core.api import (
+    EXECUTION_POINT_LABEL,
     ExecutionJob,
     ExecutionJobStatus,
     ExecutionPoint,
@@ -42,8 +42,6 @@ from kondor_core.classads import ExpressionError
 from kondor_core.jobs import job_ad
 from kondor_core.negotiation.negotiator import IdleJob, negotiate, slot_offer
 
-#: The label that names the ExecutionPoint a job is matched to (the agent watches it).
-EXECUTION_POINT_LABEL = "kondor.io/execution-point"
 #: HoldReasonCode 1, UserRequest ("Job ClassAd Attributes": HoldReasonCode).
 HOLD_USER_REQUEST = 1
 #: HoldReasonCode 6, FailedToCreateProcess: a Failed answer that names no code of its own.
@@ -57,7 +55,6 @@ _AGENT_FIELD = "execution"
 #: The condition that says whether the job holds a match, and names its last claim: the
 #: claim number survives a match that ended unanswered, so the next claim never repeats it.
 MATCHED = "Matched"
-_CLAIM_NUMBER = re.compile(r"^claim \S*#(\d+)")
 
 
 @dataclass(frozen=True)
@@ -355,13 +352,15 @@ def plan_cycle(
         job = by_key[matched.job]
         status = job.status or ExecutionJobStatus()
         ep = owners[matched.slot]
-        claim = f"{job.metadata.uid or job.metadata.name}#{_next_claim(status)}"
+        number = status.num_job_matches + 1
+        claim = f"{job.metadata.uid or job.metadata.name}#{number}"
         holds = condition(MATCHED, True, "Matched", f"claim {claim} on {matched.slot}")
         new = status.model_copy(
             update={
                 "execution_point": ep,
                 "slot": matched.slot,
                 "claim_id": claim,
+                "num_job_matches": number,
                 "match_time": stamp,
                 "conditions": set_condition(status.conditions, holds, now),
             }
@@ -395,21 +394,6 @@ def _rejected(job: ExecutionJob, reason: str) -> list[JobChange]:
     new = status.model_copy(update={"last_rej_match_reason": reason})
     namespace = job.metadata.namespace or ""
     return [JobChange(namespace, job.metadata.name, new, None, "no match")]
-
-
-def _next_claim(status: ExecutionJobStatus) -> int:
-    """One past the job's starts and any claim number it shows (its claim, the agent's
-    last answer, the Matched condition), so a new claim never repeats an earlier one."""
-    seen = [status.num_job_starts]
-    for claim in (status.claim_id, status.execution.claim_id if status.execution else None):
-        number = (claim or "").rpartition("#")[2]
-        if number.isdigit():
-            seen.append(int(number))
-    for held in status.conditions:
-        found = _CLAIM_NUMBER.match(held.message) if held.type == MATCHED else None
-        if found:
-            seen.append(int(found.group(1)))
-    return max(seen) + 1
 
 
 def _offers(

@@ -67,6 +67,7 @@ MATCHED = {
     "executionPoint": "node-a",
     "slot": "slot1@node-a",
     "claimId": f"{UID}#1",
+    "numJobMatches": 1,
     "matchTime": format_time(NOW - 5),
 }
 ON_NODE = {EXECUTION_POINT_LABEL: "node-a"}
@@ -309,7 +310,13 @@ def test_a_new_job_is_idle_with_its_cluster_id() -> None:
     assert change is not None
     assert change.status == ExecutionJobStatus(job_status="Idle", cluster_id=42)
     assert status_patch(None, change.status) == {
-        "status": {"jobStatus": "Idle", "clusterId": 42, "numJobStarts": 0, "conditions": []}
+        "status": {
+            "jobStatus": "Idle",
+            "clusterId": 42,
+            "numJobStarts": 0,
+            "numJobMatches": 0,
+            "conditions": [],
+        }
     }
     assert change.execution_point is None
 
@@ -532,12 +539,13 @@ def test_held_removed_claimed_and_unnumbered_jobs_are_not_negotiated() -> None:
 
 
 def test_a_new_claim_never_repeats_the_last_answered_one() -> None:
-    # Rejected once: #1 answered, back to Idle; the next match is #2, not #1 again.
+    # Rejected once: #1 answered, back to Idle; the next match is #2 (NumJobMatches counts).
     again = idle("j", 1).model_copy(
         update={
             "status": ExecutionJobStatus(
                 job_status="Idle",
                 cluster_id=1,
+                num_job_matches=1,
                 execution={"claimId": "uid-j#1", "state": "Rejected"},  # type: ignore[arg-type]
             )
         }

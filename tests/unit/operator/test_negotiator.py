@@ -20,7 +20,7 @@ from kondor_core.api import (
     format_time,
 )
 from kondor_core.config import compile_policy
-from kondor_core.negotiation.schedd import EXECUTION_POINT_LABEL
+from kondor_core.api import EXECUTION_POINT_LABEL
 from kondor_operator.metrics import Metrics
 from kondor_operator.negotiator import (
     Negotiator,

@@ -1,0 +1,316 @@
+"""The agent's starter side: the ExecutionJobs matched to this node, claimed, run and reported.
+
+Every polling cycle the loop asks `events()` for what the schedd said (new matches, lease
+renewals, releases, ended processes: `kondor_core.startd.claims`), steps the startd with
+them, and hands the engine's actions to `carry_out()`: a refused match is answered
+Rejected, start-job launches the job, soft-kill / hard-kill / suspend / continue act on its
+process. Each answer is written to the job's `status.execution` (the agent's subtree,
+docs/jobs.md) through a merge patch built from the `JobExecution` model.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from pydantic import ValidationError
+
+from kondor_core import startd
+from kondor_core.api import ExecutionJob, JobExecution
+from kondor_core.api.meta import format_time, model_patch
+from kondor_core.jobs import job_ad
+from kondor_core.policy import Action, ActionKind, Event
+from kondor_core.slots import SlotAd
+from kondor_core.startd.claims import Ended, job_id, schedd_events
+
+log = logging.getLogger("kondor_agent.jobs")
+
+
+class JobAPI(Protocol):
+    def jobs(self) -> list[dict[str, Any]]:
+        """The ExecutionJobs labelled with this node, as plain JSON."""
+
+    def patch_job_status(self, namespace: str, name: str, patch: Mapping[str, Any]) -> None:
+        """Merge-patch a job's status subresource."""
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """How a job's process ended, as the launcher recorded it."""
+
+    exit_code: int | None = None
+    exit_signal: int | None = None
+    #: It never started: HTCondor's hold reason and code (6 FailedToCreateProcess, 14 ...).
+    hold_reason: str | None = None
+    hold_reason_code: int | None = None
+    start_time: float | None = None
+    end_time: float | None = None
+    user_cpu: float | None = None
+    sys_cpu: float | None = None
+    peak_memory_mib: int | None = None
+
+
+class Launcher(Protocol):
+    """Starts and controls job processes (`kondor_agent.execute`)."""
+
+    def launch(self, job: ExecutionJob, job_id: str, slot: SlotAd, job_ad_text: str) -> Any:
+        """Start the job for `slot` (its published ad); return a handle."""
+
+    def poll(self, handle: Any) -> Outcome | None:
+        """The outcome once the process has ended, else None."""
+
+    def ended(self, handle: Any) -> bool:
+        """Whether the process has ended (its outcome is ready for `poll`)."""
+
+    def directory(self, handle: Any) -> str: ...
+
+    def soft_kill(self, handle: Any, signal: str) -> None: ...
+
+    def hard_kill(self, handle: Any) -> None: ...
+
+    def suspend(self, handle: Any) -> None: ...
+
+    def resume(self, handle: Any) -> None: ...
+
+
+@dataclass
+class _Running:
+    job: ExecutionJob
+    claim_id: str
+    slot: str
+    handle: Any
+    started: float
+    killed: bool = False
+
+
+@dataclass
+class JobRunner:
+    """The jobs of one node: what the schedd says to the startd, and what the startd's
+    actions do to the jobs' processes."""
+
+    api: JobAPI
+    launcher: Launcher
+    clock: Callable[[], float]
+    #: Claim ids already answered (refused or started): not offered to the startd again.
+    answered: set[str] = field(default_factory=set)
+    running: dict[str, _Running] = field(default_factory=dict)
+    _jobs: dict[str, ExecutionJob] = field(default_factory=dict)
+    _ended: dict[str, Ended] = field(default_factory=dict)
+
+    def events(self, node: startd.Startd) -> dict[str, list[Event]]:
+        """Read the node's jobs, collect ended processes, and say what the schedd says."""
+        self._jobs = {}
+        for raw in self.api.jobs():
+            try:
+                job = ExecutionJob.model_validate(raw)
+            except ValidationError as err:
+                log.warning("skipping an ExecutionJob that does not parse: %s", err)
+                continue
+            self._jobs[job_id(job)] = job
+        for name, run in list(self.running.items()):
+            outcome = self.launcher.poll(run.handle)
+            if outcome is None:
+                continue
+            del self.running[name]
+            self._ended[name] = Ended(outcome.exit_code or 0, killed=run.killed)
+            self._report_end(run, outcome)
+        said = schedd_events(node, self._jobs.values(), self.answered, self._ended)
+        for name, claim_id, why in said.refused:
+            self.answered.add(claim_id)
+            self._write(
+                self._jobs[name], JobExecution(claim_id=claim_id, state="Rejected", reason=why)
+            )
+        return said.events
+
+    def any_ended(self) -> bool:
+        """Whether a running job's process has ended (cheap: the launcher looks for its
+        result file)."""
+        return any(self.launcher.ended(run.handle) for run in self.running.values())
+
+    def delivered(self) -> None:
+        """The ended processes were told to the startd."""
+        self._ended = {}
+
+    def carry_out(self, node: startd.Startd, actions: Sequence[Action]) -> list[Action]:
+        """Act on the actions about jobs; the others are returned."""
+        left: list[Action] = []
+        ads: dict[str, SlotAd] | None = None
+        for action in actions:
+            name = action.job_id or ""
+            run = self.running.get(name)
+            if action.kind is ActionKind.REFUSE_CLAIM and action.claim_id:
+                self.answered.add(action.claim_id)
+                job = self._jobs.get(name)
+                if job is not None:
+                    self._write(
+                        job,
+                        JobExecution(
+                            claim_id=action.claim_id, state="Rejected", reason=action.reason
+                        ),
+                    )
+            elif action.kind is ActionKind.START_JOB:
+                ads = (
+                    ads
+                    if ads is not None
+                    else {ad.name: ad for ad in startd.published_ads(node, {}, self.clock())}
+                )
+                self._start(action, ads)
+            elif action.kind is ActionKind.SOFT_KILL and run is not None:
+                run.killed = True
+                self.launcher.soft_kill(run.handle, action.signal or "SIGTERM")
+            elif action.kind is ActionKind.HARD_KILL and run is not None:
+                run.killed = True
+                self.launcher.hard_kill(run.handle)
+            elif action.kind is ActionKind.SUSPEND_JOB and run is not None:
+                self.launcher.suspend(run.handle)
+                self._write_running(run, "Suspended")
+            elif action.kind is ActionKind.CONTINUE_JOB and run is not None:
+                self.launcher.resume(run.handle)
+                self._write_running(run, "Running")
+            elif action.kind is ActionKind.RELEASE_CLAIM:
+                pass  # the operator follows the job's status
+            elif action.kind in (ActionKind.SOFT_KILL, ActionKind.HARD_KILL) and run is None:
+                pass  # the process is already gone; JobGone reaches the startd
+            else:
+                left.append(action)
+        return left
+
+    def _start(self, action: Action, ads: Mapping[str, SlotAd]) -> None:
+        name = action.job_id or ""
+        job = self._jobs.get(name)
+        claim_id = action.claim_id or ""
+        self.answered.add(claim_id)
+        if job is None:
+            log.warning("start-job for %s, which is no longer matched here", name)
+            self._ended[name] = Ended(killed=True)
+            return
+        ad = job_ad(job.spec, name, cluster_id=job.status.cluster_id if job.status else None)
+        slot_ad = ads[action.slot]
+        handle = self.launcher.launch(job, name, slot_ad, ad.printOld())
+        run = _Running(job, claim_id, action.slot, handle, self.clock())
+        self.running[name] = run
+        self._write_running(run, "Running")
+
+    def _write_running(self, run: _Running, state: str) -> None:
+        self._write(
+            run.job,
+            JobExecution(
+                claim_id=run.claim_id,
+                state=state,  # type: ignore[arg-type]
+                slot=run.slot,
+                directory=self.launcher.directory(run.handle),
+                start_time=format_time(run.started),
+            ),
+        )
+
+    def _report_end(self, run: _Running, outcome: Outcome) -> None:
+        if outcome.hold_reason is not None:
+            state = "Failed"
+        elif run.killed:
+            state = "Killed"
+        else:
+            state = "Exited"
+        self._write(
+            run.job,
+            JobExecution(
+                claim_id=run.claim_id,
+                state=state,  # type: ignore[arg-type]
+                slot=run.slot,
+                directory=self.launcher.directory(run.handle),
+                start_time=format_time(outcome.start_time or run.started),
+                end_time=format_time(outcome.end_time or self.clock()),
+                exit_code=outcome.exit_code,
+                exit_signal=outcome.exit_signal,
+                remote_user_cpu=outcome.user_cpu,
+                remote_sys_cpu=outcome.sys_cpu,
+                peak_memory=outcome.peak_memory_mib,
+                hold_reason=outcome.hold_reason,
+                hold_reason_code=outcome.hold_reason_code,
+            ),
+        )
+
+    def _write(self, job: ExecutionJob, execution: JobExecution) -> None:
+        patch = {"status": {"execution": model_patch(execution)}}
+        try:
+            self.api.patch_job_status(job.metadata.namespace or "default", job.metadata.name, patch)
+        except Exception as err:  # the next change writes again; the operator times out
+            log.warning("cannot write the execution of %s: %s", job_id(job), err)
+
+
+@dataclass(frozen=True)
+class _Tagged:
+    launcher: Launcher
+    inner: Any
+
+
+class RuntimeLaunchers:
+    """The launcher of each runtime: `process` and `apptainer` jobs run as processes under a
+    supervisor, `pod` jobs as Pods. A runtime with no launcher on this node fails the job
+    with a hold reason saying so."""
+
+    def __init__(self, process: Launcher | None = None, pod: Launcher | None = None) -> None:
+        self.process = process
+        self.pod = pod
+
+    def launch(self, job: ExecutionJob, job_id: str, slot: SlotAd, job_ad_text: str) -> Any:
+        runtime = job.spec.runtime
+        launcher = self.pod if runtime == "pod" else self.process
+        if launcher is None:
+            return _Tagged(
+                _Unavailable(f"this node runs no {runtime or 'runtime-less'} jobs"), None
+            )
+        return _Tagged(launcher, launcher.launch(job, job_id, slot, job_ad_text))
+
+    def poll(self, handle: _Tagged) -> Outcome | None:
+        return handle.launcher.poll(handle.inner)
+
+    def ended(self, handle: _Tagged) -> bool:
+        return handle.launcher.ended(handle.inner)
+
+    def directory(self, handle: _Tagged) -> str:
+        return handle.launcher.directory(handle.inner)
+
+    def soft_kill(self, handle: _Tagged, signal: str) -> None:
+        handle.launcher.soft_kill(handle.inner, signal)
+
+    def hard_kill(self, handle: _Tagged) -> None:
+        handle.launcher.hard_kill(handle.inner)
+
+    def suspend(self, handle: _Tagged) -> None:
+        handle.launcher.suspend(handle.inner)
+
+    def resume(self, handle: _Tagged) -> None:
+        handle.launcher.resume(handle.inner)
+
+
+@dataclass(frozen=True)
+class _Unavailable:
+    """A runtime this node cannot run: the job ends at once, Failed (HoldReasonCode 6)."""
+
+    why: str
+
+    def launch(self, job: ExecutionJob, job_id: str, slot: SlotAd, job_ad_text: str) -> None:
+        return None
+
+    def poll(self, handle: Any) -> Outcome:
+        return Outcome(hold_reason=self.why, hold_reason_code=6)
+
+    def ended(self, handle: Any) -> bool:
+        return True
+
+    def directory(self, handle: Any) -> str:
+        return ""
+
+    def soft_kill(self, handle: Any, signal: str) -> None:
+        pass
+
+    def hard_kill(self, handle: Any) -> None:
+        pass
+
+    def suspend(self, handle: Any) -> None:
+        pass
+
+    def resume(self, handle: Any) -> None:
+        pass

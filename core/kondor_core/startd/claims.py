@@ -1,0 +1,127 @@
+"""What the startd hears from the schedd, read off the ExecutionJobs matched to its node.
+
+In HTCondor the schedd claims a matched slot, activates the claim, keeps its lease alive
+and releases it ("The Claimed State and Leases"). In Kondor the operator's negotiator
+writes the match into the job's status (docs/jobs.md), so the agent turns the jobs it
+sees into those events, one polling cycle at a time:
+
+- a job whose `status.claimId` the agent has not answered yet, Idle, neither held nor
+  removed, is a new match: Match + ActivateClaim for `status.slot` (the startd re-checks
+  START and the resources and may refuse);
+- a job still naming the claim a slot holds renews its lease (LeaseRenewed);
+- a claim whose job is held, removed, deleted, or now names another claim is released
+  (ReleaseClaim: the startd preempts the job by its policy, soft kill first);
+- a job whose process ended is reported to its slot: JobExited with the exit code when it
+  ended by itself, JobGone when it was killed, then ReleaseClaim (the schedd has no more
+  work for the claim), unless the claim is retiring or a preempting claim waits.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass
+
+from kondor_core.api import ExecutionJob
+from kondor_core.jobs import job_ad
+from kondor_core.policy import (
+    ActivateClaim,
+    Activity,
+    Event,
+    JobExited,
+    JobGone,
+    LeaseRenewed,
+    Match,
+    ReleaseClaim,
+    SlotState,
+    State,
+)
+from kondor_core.startd.node import Startd
+
+
+@dataclass(frozen=True)
+class Ended:
+    """A job's process ended: by itself with `exit_code`, or `killed` by the agent."""
+
+    exit_code: int = 0
+    killed: bool = False
+
+
+def job_id(job: ExecutionJob) -> str:
+    """The id the startd knows a job by: `namespace/name`."""
+    return f"{job.metadata.namespace or 'default'}/{job.metadata.name}"
+
+
+@dataclass(frozen=True)
+class Said:
+    """What the schedd says this cycle: events by slot, and the matches that name no slot of
+    this node (job id, claim id, why), which the agent refuses without asking the startd."""
+
+    events: dict[str, list[Event]]
+    refused: list[tuple[str, str, str]]
+
+
+def schedd_events(
+    node: Startd,
+    jobs: Collection[ExecutionJob],
+    answered: Collection[str],
+    ended: Mapping[str, Ended],
+) -> Said:
+    """The events for each slot this cycle.
+
+    `jobs` are the ExecutionJobs labelled with this node, `answered` the claim ids the
+    agent has already answered (refused or started), `ended` the jobs whose process ended
+    since the last cycle, by job id."""
+    events: dict[str, list[Event]] = {}
+    refused: list[tuple[str, str, str]] = []
+    known = {s.name for s in node.state.slots}
+    holders = {s.claim.job_id: s for s in node.state.slots if s.claim is not None}
+    by_id = {job_id(job): job for job in jobs}
+    for name, job in by_id.items():
+        status = job.status
+        if status is None or status.claim_id is None:
+            continue
+        slot = holders.get(name)
+        wanted = not (job.spec.hold or job.spec.remove)
+        if slot is None:
+            if (
+                wanted
+                and status.claim_id not in answered
+                and status.job_status == "Idle"
+                and status.slot is not None
+                and name not in ended
+            ):
+                if status.slot not in known:
+                    why = f"match refused: this node has no slot {status.slot}"
+                    refused.append((name, status.claim_id, why))
+                    continue
+                ad = job_ad(job.spec, name, cluster_id=status.cluster_id)
+                events.setdefault(status.slot, []).extend(
+                    [Match(status.claim_id, ad, job_id=name), ActivateClaim()]
+                )
+            continue
+        assert slot.claim is not None
+        if name in ended:
+            continue
+        if wanted and slot.claim.claim_id == status.claim_id:
+            events.setdefault(slot.name, []).append(LeaseRenewed())
+        elif not _releasing(slot):
+            events.setdefault(slot.name, []).append(ReleaseClaim())
+    for name, slot in holders.items():
+        if name not in by_id and name not in ended and not _releasing(slot):
+            events.setdefault(slot.name, []).append(ReleaseClaim())  # the job is gone
+    for name, end in ended.items():
+        slot = holders.get(name)
+        if slot is None:
+            continue
+        own = events.setdefault(slot.name, [])
+        own.append(JobGone() if end.killed else JobExited(end.exit_code))
+        if slot.pending_claim is None and slot.activity is not Activity.RETIRING:
+            own.append(ReleaseClaim())
+    return Said(events, refused)
+
+
+def _releasing(slot: SlotState) -> bool:
+    """The claim is already on its way out (preempting, or retiring for good after a release
+    or a vacate): nothing more to tell the slot."""
+    claim = slot.claim
+    return slot.state is State.PREEMPTING or (claim is not None and not claim.may_unretire)

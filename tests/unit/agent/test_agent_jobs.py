@@ -1,0 +1,196 @@
+"""The agent claims, runs and reports the jobs matched to its node (docs/jobs.md): a fake API
+holds the ExecutionJobs and records the status patches, a fake launcher stands in for the
+processes (`kondor_agent.execute` is tested with real ones)."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping
+from typing import Any
+
+import pytest
+
+from agent_fakes import EXAMPLES, FakeAPI, FakeClock, MachineBox, example_machine, load_yaml
+from kondor_agent.jobs import JobRunner, Outcome
+from kondor_agent.loop import Agent, AgentConfig
+from kondor_core.api import ExecutionJob
+from kondor_core.api.meta import apply_merge_patch
+from kondor_core.slots import SlotAd
+
+NODE = "node-a"
+
+
+class JobsAPI(FakeAPI):
+    """FakeAPI plus the node's ExecutionJobs."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.job_objects: dict[str, dict[str, Any]] = {}
+        self.job_patches: list[tuple[str, dict[str, Any]]] = []
+
+    def jobs(self) -> list[dict[str, Any]]:
+        return [copy.deepcopy(job) for job in self.job_objects.values()]
+
+    def patch_job_status(self, namespace: str, name: str, patch: Mapping[str, Any]) -> None:
+        body = self.job_objects[f"{namespace}/{name}"]
+        body["status"] = apply_merge_patch(body.get("status", {}), patch.get("status", {}))
+        self.job_patches.append((name, copy.deepcopy(dict(patch))))
+
+    def execution(self, name: str) -> dict[str, Any]:
+        found: dict[str, Any] = self.job_objects[f"default/{name}"]["status"].get("execution", {})
+        return found
+
+
+class FakeLauncher:
+    def __init__(self) -> None:
+        self.launched: list[tuple[str, str, SlotAd]] = []
+        self.outcomes: dict[str, Outcome] = {}
+        self.signals: list[tuple[str, str]] = []
+
+    def launch(self, job: ExecutionJob, job_id: str, slot: SlotAd, job_ad_text: str) -> str:
+        assert "JobUniverse = 5" in job_ad_text
+        self.launched.append((job_id, slot.name, slot))
+        return job_id
+
+    def poll(self, handle: str) -> Outcome | None:
+        return self.outcomes.pop(handle, None)
+
+    def ended(self, handle: str) -> bool:
+        return handle in self.outcomes
+
+    def directory(self, handle: str) -> str:
+        return f"/var/lib/kondor/execute/{handle.replace('/', '_')}"
+
+    def soft_kill(self, handle: str, signal: str) -> None:
+        self.signals.append((handle, signal))
+        self.outcomes[handle] = Outcome(exit_signal=15)
+
+    def hard_kill(self, handle: str) -> None:
+        self.signals.append((handle, "SIGKILL"))
+        self.outcomes[handle] = Outcome(exit_signal=9)
+
+    def suspend(self, handle: str) -> None:
+        self.signals.append((handle, "freeze"))
+
+    def resume(self, handle: str) -> None:
+        self.signals.append((handle, "thaw"))
+
+
+def matched(name: str, claim: str, slot: str = f"slot1@{NODE}", **spec: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": "kondor.io/v1alpha1",
+        "kind": "ExecutionJob",
+        "metadata": {"name": name, "namespace": "default", "uid": f"uid-{name}"},
+        "spec": {
+            "owner": "alice",
+            "requestCpus": 1,
+            "process": {"executable": "/bin/true"},
+            **spec,
+        },
+        "status": {
+            "jobStatus": "Idle",
+            "clusterId": 7,
+            "executionPoint": NODE,
+            "slot": slot,
+            "claimId": claim,
+        },
+    }
+
+
+@pytest.fixture
+def node() -> tuple[JobsAPI, FakeClock, FakeLauncher, Agent]:
+    api = JobsAPI()
+    clock = FakeClock()
+    api.clock = clock
+    policy = load_yaml(EXAMPLES / "policies" / "default.yaml")
+    api.add_policy(policy)
+    api.add_execution_point(NODE, "default")
+    launcher = FakeLauncher()
+    agent = Agent(
+        AgentConfig(node_name=NODE, polling_interval=5.0),
+        api,
+        MachineBox(example_machine("node-a.yaml")),
+        live=lambda _now: {},
+        clock=clock,
+        jobs=JobRunner(api, launcher, clock),
+    )
+    agent.step()  # Owner -> Unclaimed
+    return api, clock, launcher, agent
+
+
+def _tick(agent: Agent, clock: FakeClock, seconds: float = 5.0) -> None:
+    clock.now += seconds
+    agent.wake()
+    agent.step()
+
+
+def _slots(api: JobsAPI) -> dict[str, tuple[str, str, int]]:
+    return {
+        s["name"].split("@")[0]: (s["state"], s["activity"], s["cpus"])
+        for s in api.status(NODE)["slots"]
+    }
+
+
+def test_a_match_is_claimed_run_and_reported_until_it_exits(node: Any) -> None:
+    api, clock, launcher, agent = node
+    api.job_objects["default/hello"] = matched("hello", "uid-hello#1")
+    _tick(agent, clock)
+    assert [(j, s) for j, s, _ in launcher.launched] == [("default/hello", f"slot1_1@{NODE}")]
+    running = api.execution("hello")
+    assert running["state"] == "Running" and running["claimId"] == "uid-hello#1"
+    assert running["slot"] == f"slot1_1@{NODE}"
+    clock.now += 1
+    agent.step()
+    assert _slots(api)["slot1_1"][:2] == ("Claimed", "Busy")
+    assert _slots(api)["slot1"][2] == 7  # one core carved out
+
+    launcher.outcomes["default/hello"] = Outcome(exit_code=3, user_cpu=0.5, peak_memory_mib=12)
+    clock.now += 0.2
+    agent.step()  # the end is seen between polling ticks
+    done = api.execution("hello")
+    assert (done["state"], done["exitCode"], done["remoteUserCpu"]) == ("Exited", 3, 0.5)
+    clock.now += 1
+    agent.step()
+    slots = _slots(api)
+    assert "slot1_1" not in slots and slots["slot1"] == ("Unclaimed", "Idle", 8)
+
+
+def test_the_startd_has_the_last_word(node: Any) -> None:
+    api, clock, launcher, agent = node
+    api.job_objects["default/big"] = matched("big", "uid-big#1", requestCpus=64)
+    api.job_objects["default/lost"] = matched("lost", "uid-lost#1", slot="slot9@node-a")
+    _tick(agent, clock)
+    assert launcher.launched == []
+    big = api.execution("big")
+    assert big["state"] == "Rejected" and "not enough Cpus" in big["reason"]
+    assert "no slot slot9@node-a" in api.execution("lost")["reason"]
+    writes = len(api.job_patches)
+    _tick(agent, clock)
+    assert len(api.job_patches) == writes  # an answered claim is not tried again
+
+
+def test_hold_releases_the_claim_and_kills_the_process(node: Any) -> None:
+    api, clock, launcher, agent = node
+    api.job_objects["default/hello"] = matched("hello", "uid-hello#1")
+    _tick(agent, clock)
+    api.job_objects["default/hello"]["spec"]["hold"] = True
+    _tick(agent, clock)
+    assert launcher.signals == [("default/hello", "SIGTERM")]
+    clock.now += 0.2
+    agent.step()
+    assert api.execution("hello")["state"] == "Killed"
+    _tick(agent, clock)
+    assert _slots(api)["slot1"] == ("Unclaimed", "Idle", 8)
+
+
+def test_a_deleted_job_is_killed_and_its_slot_freed(node: Any) -> None:
+    api, clock, launcher, agent = node
+    api.job_objects["default/hello"] = matched("hello", "uid-hello#1")
+    _tick(agent, clock)
+    del api.job_objects["default/hello"]
+    _tick(agent, clock)
+    assert launcher.signals == [("default/hello", "SIGTERM")]
+    clock.now += 0.2
+    agent.step()
+    _tick(agent, clock)
+    assert _slots(api)["slot1"] == ("Unclaimed", "Idle", 8)
