@@ -139,6 +139,19 @@ class CgroupFS:
                     break
         return found
 
+    @property
+    def unified(self) -> str | None:
+        """Host path of the v2 hierarchy (the mount, or `unified` when hybrid); None if absent."""
+        return self._v2_base
+
+    def hierarchy(self, controller: str) -> tuple[str, bool] | None:
+        """Where `controller` is attached: (its hierarchy's host path, whether v2); None if absent.
+
+        Shared with `kondor_agent.execute.cgroups`, which writes where this class reads.
+        """
+        place = self._place(controller)
+        return None if place is None else (place.base, place.v2)
+
     def _place(self, controller: str) -> _Place | None:
         if self._v2_base is not None and controller in self._v2_controllers:
             return _Place(self._v2_base, v2=True)

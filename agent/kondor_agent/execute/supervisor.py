@@ -1,0 +1,272 @@
+"""The per-job supervisor: `python -m kondor_agent.execute.supervisor <job-dir>`.
+
+What HTCondor's condor_starter does for one job, small enough to outlive the
+agent (as containerd's shim and slurmstepd outlive their daemons): it detaches
+(a second fork, so init or the node's subreaper inherits it and the agent
+leaves no zombie), moves itself into the supervisors' cgroup (out of the
+agent's, so restarting the agent's pod does not take the job with it), starts
+the job in its own process group inside the job's leaf cgroup (joined between
+fork and exec, so the job's first instruction is already contained), forwards
+the signals it is sent to that group, waits, and writes `exit.json` atomically.
+
+A job that cannot start gets a `failed` result with HTCondor's HoldReasonCode
+(the manual's job ClassAd attributes): 14 IwdError when the working directory
+is missing, 8 and 7 when the input or an output file cannot be opened, 6
+FailedToCreateProcess when the executable cannot be executed; the errno is the
+subcode and the message names the path.
+
+Start-up time is launch latency, so this imports only `os`, `signal`, `json`,
+`time` and `resource`, forks and execs by hand rather than through
+`subprocess`, and reads and writes the records as plain dicts (`records`
+holds their typed form, and refuses keys it does not know).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import signal
+import sys
+import time
+
+from kondor_agent.execute import jobdir
+
+# Not `typing.TYPE_CHECKING`: importing typing alone costs milliseconds of every launch.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from types import FrameType
+    from typing import Any
+
+#: Signals the supervisor passes on to the job's process group (the agent's soft kill, a
+#: node shutdown, an operator at a terminal).
+FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1)
+
+_MIB = 1024 * 1024
+
+
+def _log(message: str) -> None:
+    print(f"{time.strftime('%Y-%m-%dT%H:%M:%S')} supervisor[{os.getpid()}]: {message}", flush=True)
+
+
+def _result(state: str, **fields: Any) -> dict[str, Any]:
+    """A result as `records.JobResult` spells it (unset fields take its defaults)."""
+    return {"state": state, **fields}
+
+
+def _failure(code: int, subcode: int, reason: str) -> dict[str, Any]:
+    return _result(
+        "failed",
+        end_time=time.time(),
+        hold_reason=reason,
+        hold_reason_code=code,
+        hold_reason_subcode=subcode,
+    )
+
+
+def _join(procs_files: list[str], pid: int) -> None:
+    for path in procs_files:
+        with open(path, "w") as f:
+            f.write(str(pid))
+
+
+def _open_files(spec: dict[str, Any]) -> list[int] | dict[str, Any]:
+    """Descriptors for the job's stdin, stdout, stderr, or the failure naming the file."""
+    fds: list[int] = []
+    try:
+        path = spec.get("input")
+        try:
+            fds.append(os.open(path or os.devnull, os.O_RDONLY | os.O_CLOEXEC))
+        except OSError as err:
+            return _failure(
+                jobdir.UNABLE_TO_OPEN_INPUT,
+                err.errno or 0,
+                f"Cannot open input file {path}: {os.strerror(err.errno or 0)}",
+            )
+        flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC
+        for key in ("output", "error"):
+            path = spec.get(key)
+            if key == "error" and path is not None and path == spec.get("output"):
+                fds.append(fds[1])  # output and error the same file: one descriptor
+                continue
+            try:
+                fds.append(os.open(path or os.devnull, flags, 0o644))
+            except OSError as err:
+                return _failure(
+                    jobdir.UNABLE_TO_OPEN_OUTPUT,
+                    err.errno or 0,
+                    f"Cannot open output file {path}: {os.strerror(err.errno or 0)}",
+                )
+        opened, fds = fds, []
+        return opened
+    finally:
+        for fd in set(fds):
+            os.close(fd)
+
+
+def _iwd_error(iwd: str) -> dict[str, Any] | None:
+    try:
+        os.listdir(iwd)
+    except OSError as err:
+        code = err.errno or 0
+        reason = f"Cannot access initial working directory {iwd}: {os.strerror(code)}"
+        return _failure(jobdir.IWD_ERROR, code, reason)
+    return None
+
+
+def _spawn(spec: dict[str, Any], fds: list[int]) -> int | dict[str, Any]:
+    """Fork and exec the job (its own process group, its cgroup); its pid, or why it failed.
+
+    As subprocess does, a close-on-exec pipe carries the child's error back: nothing
+    arrives when exec succeeds.
+    """
+    argv: list[str] = spec["argv"]
+    read_end, write_end = os.pipe2(os.O_CLOEXEC)
+    pid = os.fork()
+    if pid == 0:  # the child: only async-signal-safe work would matter, but we have one thread
+        stage = "exec"
+        try:
+            os.close(read_end)
+            os.setpgid(0, 0)
+            stage = "cgroup"
+            _join(spec["job_procs"], os.getpid())
+            stage = "exec"
+            for target, fd in enumerate(fds):
+                os.dup2(fd, target)
+            os.chdir(spec["iwd"])
+            for signum in FORWARDED:
+                signal.signal(signum, signal.SIG_DFL)
+            signal.pthread_sigmask(signal.SIG_SETMASK, ())
+            os.execve(argv[0], argv, spec["environment"])
+        except OSError as err:
+            os.write(write_end, f"{stage}:{err.errno or 0}:{err}".encode())
+        except BaseException as err:
+            os.write(write_end, f"{stage}:0:{err!r}".encode())
+        finally:
+            os._exit(127)
+    os.close(write_end)
+    report = b""
+    while chunk := os.read(read_end, 4096):
+        report += chunk
+    os.close(read_end)
+    if not report:
+        return pid
+    os.waitpid(pid, 0)
+    stage, code_text, message = report.decode(errors="replace").split(":", 2)
+    code = int(code_text)
+    if stage == "cgroup":
+        cgroups = ", ".join(spec["job_procs"])
+        reason = f"Cannot place the job in its cgroup ({cgroups}): {message}"
+        return _failure(jobdir.FAILED_TO_CREATE_PROCESS, code, reason)
+    reason = f"Cannot execute {spec['executable']}: {os.strerror(code) if code else message}"
+    return _failure(jobdir.FAILED_TO_CREATE_PROCESS, code, reason)
+
+
+def _peak_memory_mib(spec: dict[str, Any], rusage: resource.struct_rusage) -> int:
+    """The cgroup's peak (the whole job, children included) when recorded, else ru_maxrss."""
+    path = spec.get("peak_memory_file")
+    if path:
+        try:
+            with open(path) as f:
+                return -(-int(f.read()) // _MIB)
+        except (OSError, ValueError):
+            pass
+    return -(-rusage.ru_maxrss // 1024)  # Linux reports ru_maxrss in KiB
+
+
+def run(spec: dict[str, Any], job_dir: str) -> dict[str, Any]:
+    """Start the job, wait for it and say how it ended."""
+    pending: list[int] = []
+    job: list[int] = []
+
+    def forward(signum: int, _frame: FrameType | None) -> None:
+        if job:
+            try:  # noqa: SIM105 - contextlib is one more import on the launch path
+                os.killpg(job[0], signum)
+            except ProcessLookupError:
+                pass
+        else:
+            pending.append(signum)
+
+    for signum in FORWARDED:
+        signal.signal(signum, forward)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, FORWARDED)
+
+    try:
+        _join(spec["supervisor_procs"], os.getpid())
+    except OSError as err:
+        # The job is still contained by its own cgroup; only the supervisor stays behind.
+        _log(f"cannot leave the agent's cgroup ({err}); going on")
+
+    failure = _iwd_error(spec["iwd"])
+    if failure is not None:
+        return failure
+    fds = _open_files(spec)
+    if isinstance(fds, dict):
+        return fds
+    if pending:
+        return _result("exited", exit_signal=pending[0], end_time=time.time())
+    start = time.time()
+    try:
+        spawned = _spawn(spec, fds)
+    finally:
+        for fd in set(fds):
+            os.close(fd)
+    if isinstance(spawned, dict):
+        return spawned
+    job.append(spawned)
+    jobdir.write_atomic(os.path.join(job_dir, jobdir.JOB_PID), f"{spawned}\n")
+    for pending_signal in pending:
+        forward(pending_signal, None)
+
+    _, status, rusage = os.wait4(spawned, 0)
+    end = time.time()
+    # HTCondor ends what the job left behind in its group when its main process exits.
+    try:  # noqa: SIM105
+        os.killpg(spawned, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    code = os.waitstatus_to_exitcode(status)
+    return _result(
+        "exited",
+        exit_code=code if code >= 0 else None,
+        exit_signal=-code if code < 0 else None,
+        start_time=start,
+        end_time=end,
+        user_cpu_seconds=rusage.ru_utime,
+        sys_cpu_seconds=rusage.ru_stime,
+        peak_memory_mib=_peak_memory_mib(spec, rusage),
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    paths = [arg for arg in args if not arg.startswith("--")]
+    if len(paths) != 1:
+        print("usage: python -m kondor_agent.execute.supervisor [--foreground] <job-dir>")
+        return 2
+    job_dir = os.path.abspath(paths[0])
+    # Blocked until the handlers are in place; the mask survives the fork.
+    signal.pthread_sigmask(signal.SIG_BLOCK, FORWARDED)
+    if "--foreground" not in args:
+        child = os.fork()
+        if child:
+            jobdir.write_atomic(os.path.join(job_dir, jobdir.SUPERVISOR_PID), f"{child}\n")
+            os._exit(0)
+    else:
+        jobdir.write_atomic(os.path.join(job_dir, jobdir.SUPERVISOR_PID), f"{os.getpid()}\n")
+    try:
+        with open(os.path.join(job_dir, jobdir.SPEC)) as f:
+            spec = json.load(f)
+        result = run(spec, job_dir)
+    except Exception as err:
+        _log(f"cannot run the job: {err!r}")
+        reason = f"The job's supervisor failed: {err}"
+        result = _failure(jobdir.FAILED_TO_CREATE_PROCESS, 0, reason)
+    text = json.dumps(result, indent=1, sort_keys=True) + "\n"
+    jobdir.write_atomic(os.path.join(job_dir, jobdir.EXIT), text, durable=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,155 @@
+"""JobCgroups and the launcher on this machine's real cgroups (skipped where they are absent).
+
+The Kondor root is relative (`kondor-test-<n>`), so it sits inside this process's own cgroup
+of each hierarchy, as in a delegated subtree, and nothing else on the host is touched.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from execute_fakes import wait_for, wait_result
+
+from kondor_agent.execute.cgroups import SUPERVISORS, CgroupError, JobCgroups
+from kondor_agent.execute.launcher import ProcessLauncher
+from kondor_agent.execute.limits import CgroupLimits, slot_limits
+from kondor_core.api import ProcessRuntime
+
+AD = 'MyType = "Job"'
+
+
+@pytest.fixture
+def cgroups() -> Iterator[JobCgroups]:
+    if os.geteuid() != 0:
+        pytest.skip("cgroups can be created only as root here")
+    if not Path("/sys/fs/cgroup").is_dir():
+        pytest.skip("no cgroup file system at /sys/fs/cgroup")
+    try:
+        opened = JobCgroups.open(root=f"kondor-test-{uuid.uuid4().hex[:8]}")
+    except (CgroupError, OSError) as err:
+        pytest.skip(f"cgroups are not writable here: {err}")
+    if not opened.enabled:
+        pytest.skip("no cgroup hierarchy is mounted")
+    yield opened
+    # A supervisor exits just after writing its result.
+    wait_for(lambda: opened.pids(SUPERVISORS) == [])
+    opened.remove_root()
+
+
+@pytest.fixture
+def launcher(tmp_path: Path, cgroups: JobCgroups) -> Iterator[ProcessLauncher]:
+    launcher = ProcessLauncher(tmp_path / "execute", cgroups)
+    yield launcher
+    for handle in launcher.adopt():
+        launcher.remove(handle)
+
+
+def _cgroup_of(pid: int, hierarchy: str) -> str:
+    for line in Path(f"/proc/{pid}/cgroup").read_text().splitlines():
+        _, controllers, path = line.split(":", 2)
+        if hierarchy in controllers.split(",") or (hierarchy == "" and controllers == ""):
+            return path
+    raise AssertionError(f"pid {pid} is in no {hierarchy or 'v2'} hierarchy")
+
+
+def test_limits_are_written_and_read_back_as_the_kernel_keeps_them(cgroups: JobCgroups) -> None:
+    if not (cgroups.can_limit_memory and cgroups.can_limit_cpu):
+        pytest.skip(f"no memory or cpu controller here: {cgroups.describe()}")
+    leaf = JobCgroups.job_cgroup("slot1_1", "limits")
+    cgroups.create(leaf, slot_limits(1.5, 96, cap_cpu=True))
+    try:
+        assert cgroups.limits(leaf) == CgroupLimits(
+            memory_bytes=96 << 20, cpu_weight_cpus=1.5, cpu_quota_cpus=1.5
+        )
+    finally:
+        cgroups.remove(leaf)
+
+
+def test_the_job_runs_in_its_leaf_and_the_supervisor_outside_the_agents_cgroup(
+    launcher: ProcessLauncher, cgroups: JobCgroups
+) -> None:
+    runtime = ProcessRuntime(executable="/bin/sleep", arguments=["30"])
+    handle = launcher.launch("placed", runtime, AD, AD, slot="slot1_1", limits=slot_limits(1, 64))
+    wait_for(lambda: launcher.job_pid(handle) is not None)
+    job = launcher.job_pid(handle)
+    assert job is not None and job in cgroups.pids(handle.cgroup)
+    supervisor = int((handle.directory / "supervisor.pid").read_text())
+    assert supervisor in cgroups.pids(SUPERVISORS)
+    assert supervisor not in cgroups.pids(handle.cgroup)
+    if cgroups.can_limit_memory:
+        own = _cgroup_of(os.getpid(), "memory")
+        assert (
+            _cgroup_of(job, "memory") == f"{own.rstrip('/')}/{cgroups_root(cgroups)}/slot1_1/placed"
+        )
+    launcher.hard_kill(handle)
+    assert wait_result(launcher, handle).exit_signal == signal.SIGKILL
+
+
+def cgroups_root(cgroups: JobCgroups) -> str:
+    # The relative root the fixture chose, as it appears in /proc/<pid>/cgroup.
+    return next(p.parent.parent.parent.name for p in cgroups.procs_files("slot1_1/placed"))
+
+
+def test_a_job_over_its_memory_limit_is_oom_killed(
+    launcher: ProcessLauncher, cgroups: JobCgroups
+) -> None:
+    if not cgroups.can_limit_memory:
+        pytest.skip(f"no memory controller here: {cgroups.describe()}")
+    grow = (
+        "b = bytearray(256 * 1024 * 1024)\n"
+        "for i in range(0, len(b), 4096): b[i] = 1\n"
+        "print('survived')"
+    )
+    runtime = ProcessRuntime(executable=sys.executable, arguments=["-S", "-c", grow], output="out")
+    handle = launcher.launch("hog", runtime, AD, AD, slot="slot1_1", limits=slot_limits(1, 32))
+    result = wait_result(launcher, handle, timeout=10)
+    assert (handle.scratch / "out").read_text() == ""
+    # The OOM killer's SIGKILL, or a failed allocation where the kernel refuses instead.
+    assert result.exit_signal == signal.SIGKILL or (result.exit_code or 0) != 0, result
+    assert result.peak_memory_mib is not None and result.peak_memory_mib <= 33
+
+
+def test_freeze_stops_the_whole_cgroup_and_kill_ends_even_escaped_processes(
+    launcher: ProcessLauncher, cgroups: JobCgroups
+) -> None:
+    if not cgroups.can_freeze:
+        pytest.skip(f"no freezer here: {cgroups.describe()}")
+    # The child leaves the job's process group (setsid): only the cgroup still holds it.
+    script = "setsid sleep 30 & echo $! > escaped; exec sleep 30"
+    runtime = ProcessRuntime(executable="/bin/sh", arguments=["-c", script])
+    handle = launcher.launch("frozen", runtime, AD, AD, slot="slot1_1")
+    wait_for(
+        lambda: (handle.scratch / "escaped").exists() and len(cgroups.pids(handle.cgroup)) >= 2
+    )
+    escaped = int((handle.scratch / "escaped").read_text())
+    launcher.suspend(handle)
+    wait_for(lambda: launcher.is_suspended(handle))
+    launcher.resume(handle)
+    wait_for(lambda: not launcher.is_suspended(handle))
+    launcher.hard_kill(handle)
+    result = wait_result(launcher, handle)
+    assert result.exit_signal == signal.SIGKILL and result.killed
+    wait_for(lambda: cgroups.pids(handle.cgroup) == [])
+    assert (
+        not Path(f"/proc/{escaped}/cmdline").exists()
+        or Path(f"/proc/{escaped}/cmdline").read_bytes() == b""
+    )
+
+
+def test_usage_is_accounted_to_the_jobs_cgroup(
+    launcher: ProcessLauncher, cgroups: JobCgroups
+) -> None:
+    burn = "import time\nt = time.process_time()\nwhile time.process_time() - t < 0.2: pass"
+    runtime = ProcessRuntime(executable=sys.executable, arguments=["-S", "-c", burn])
+    handle = launcher.launch("burn", runtime, AD, AD, slot="slot1_1")
+    wait_result(launcher, handle)
+    usage = cgroups.usage(handle.cgroup)
+    if usage.user_cpu_seconds is None:
+        pytest.skip(f"no CPU accounting here: {cgroups.describe()}")
+    assert usage.user_cpu_seconds + (usage.sys_cpu_seconds or 0) >= 0.15

@@ -1,0 +1,305 @@
+"""ProcessLauncher with real supervisors and jobs (no cgroups: the process-group fallbacks).
+
+Each job is a real process; tests poll every few milliseconds and never sleep on the clock
+beyond what the process itself needs.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import signal
+import stat
+import sys
+from pathlib import Path
+
+import pytest
+from execute_fakes import wait_for, wait_result
+
+from kondor_agent.execute import records
+from kondor_agent.execute.cgroups import JobCgroups
+from kondor_agent.execute.launcher import (
+    APPTAINER_MISSING,
+    LaunchError,
+    ProcessLauncher,
+    apptainer_command,
+    environment_of,
+)
+from kondor_core.api import ApptainerRuntime, ProcessRuntime
+
+JOB_AD = 'ClusterId = 12\nProcId = 0\nOwner = "alice"\nCmd = "/bin/sh"'
+MACHINE_AD = 'Name = "slot1_1@node-a"\nCpus = 1\nMemory = 128'
+
+
+@pytest.fixture
+def launcher(tmp_path: Path) -> ProcessLauncher:
+    return ProcessLauncher(tmp_path / "execute", JobCgroups.disabled(), search_path="")
+
+
+def sh(script: str, **fields: str) -> ProcessRuntime:
+    return ProcessRuntime(executable="/bin/sh", arguments=["-c", script], **fields)  # type: ignore[arg-type]
+
+
+def test_a_job_runs_in_its_scratch_dir_with_the_starters_environment_and_ads(
+    launcher: ProcessLauncher,
+) -> None:
+    script = (
+        'pwd; echo "$_CONDOR_SLOT $TMPDIR $TMP $TEMP $GREETING"; '
+        'cat "$_CONDOR_JOB_AD"; cat "$_CONDOR_MACHINE_AD"; '
+        'test "$_CONDOR_SCRATCH_DIR" = "$(pwd)" && echo scratch-ok; echo oops >&2; exit 3'
+    )
+    runtime = sh(script, output="out.txt", error="err.txt")
+    runtime = runtime.model_copy(update={"environment": {"GREETING": "hello"}})
+    handle = launcher.launch("job-1", runtime, JOB_AD, MACHINE_AD, slot="slot1_1")
+    result = wait_result(launcher, handle)
+    scratch = handle.scratch
+    assert result.state == "exited" and result.exit_code == 3 and result.exit_signal is None
+    assert result.start_time is not None and result.end_time is not None
+    assert result.end_time >= result.start_time and result.peak_memory_mib is not None
+    lines = (scratch / "out.txt").read_text().splitlines()
+    assert lines[0] == str(scratch)
+    assert lines[1] == f"slot1_1 {scratch} {scratch} {scratch} hello"
+    assert 'Owner = "alice"' in lines and "Cpus = 1" in lines and "scratch-ok" in lines
+    assert (scratch / "err.txt").read_text() == "oops\n"
+    assert (scratch / ".job.ad").read_text().startswith("ClusterId = 12\n")
+    assert environment_of(handle)["_CONDOR_MACHINE_AD"] == str(scratch / ".machine.ad")
+
+
+def test_input_is_the_jobs_stdin_and_cpu_time_is_reported(
+    launcher: ProcessLauncher, tmp_path: Path
+) -> None:
+    (tmp_path / "in.txt").write_text("abc")
+    busy = (
+        "import sys,time\nt=time.process_time()\n"
+        "while time.process_time()-t<0.2: pass\nprint(sys.stdin.read().upper())"
+    )
+    runtime = ProcessRuntime(
+        executable=sys.executable,
+        arguments=["-S", "-c", busy],
+        input=str(tmp_path / "in.txt"),
+        output="out",
+    )
+    handle = launcher.launch("job-in", runtime, JOB_AD, MACHINE_AD, slot="slot1")
+    result = wait_result(launcher, handle)
+    assert (handle.scratch / "out").read_text() == "ABC\n"
+    assert result.user_cpu_seconds + result.sys_cpu_seconds >= 0.15
+
+
+NOT_EXECUTABLE = "/tmp/kondor-test-not-executable"
+
+
+@pytest.mark.parametrize(
+    ("runtime", "code", "subcode", "names"),
+    [
+        (ProcessRuntime(executable="/no/such/program"), 6, errno.ENOENT, "/no/such/program"),
+        (ProcessRuntime(executable="relative-prog"), 6, errno.ENOENT, "scratch/relative-prog"),
+        (ProcessRuntime(executable=NOT_EXECUTABLE), 6, errno.EACCES, NOT_EXECUTABLE),
+        (
+            ProcessRuntime(executable="/bin/true", working_directory="/no/iwd"),
+            14,
+            errno.ENOENT,
+            "/no/iwd",
+        ),
+        (ProcessRuntime(executable="/bin/true", input="missing.in"), 8, errno.ENOENT, "missing.in"),
+        (
+            ProcessRuntime(executable="/bin/true", output="no/dir/out"),
+            7,
+            errno.ENOENT,
+            "no/dir/out",
+        ),
+        (ProcessRuntime(executable="/bin/true", error="no/dir/err"), 7, errno.ENOENT, "no/dir/err"),
+    ],
+)
+def test_a_job_that_cannot_start_fails_with_htcondors_hold_reason(
+    launcher: ProcessLauncher, runtime: ProcessRuntime, code: int, subcode: int, names: str
+) -> None:
+    Path(NOT_EXECUTABLE).write_text("#!/bin/sh\n")
+    Path(NOT_EXECUTABLE).chmod(0o644)
+    handle = launcher.launch("job-bad", runtime, JOB_AD, MACHINE_AD, slot="slot1")
+    result = wait_result(launcher, handle)
+    assert result.state == "failed"
+    assert (result.hold_reason_code, result.hold_reason_subcode) == (code, subcode)
+    assert result.hold_reason is not None and names in result.hold_reason
+
+
+def test_soft_kill_signals_the_jobs_process_group_and_marks_it_killed(
+    launcher: ProcessLauncher,
+) -> None:
+    # The shell's child (sleep) is in the same process group, so it gets the signal too.
+    handle = launcher.launch("job-k", sh("sleep 30 & wait"), JOB_AD, MACHINE_AD, slot="slot1")
+    wait_for(lambda: launcher.job_pid(handle) is not None)
+    launcher.soft_kill(handle, signal.SIGTERM)
+    result = wait_result(launcher, handle)
+    assert result.exit_signal == signal.SIGTERM and result.killed
+    assert launcher.poll(handle) == result  # stable once written
+    launcher.soft_kill(handle)  # after the end: nothing to do, no error
+
+
+def test_the_supervisor_forwards_a_signal_it_receives(launcher: ProcessLauncher) -> None:
+    handle = launcher.launch("job-f", sh("exec sleep 30"), JOB_AD, MACHINE_AD, slot="slot1")
+    wait_for(lambda: launcher.job_pid(handle) is not None)
+    supervisor = int((handle.directory / records.SUPERVISOR_PID).read_text())
+    os.kill(supervisor, signal.SIGINT)
+    assert wait_result(launcher, handle).exit_signal == signal.SIGINT
+
+
+def test_hard_kill_without_cgroups_kills_the_process_group(launcher: ProcessLauncher) -> None:
+    script = "trap '' TERM; sleep 30 & wait"
+    handle = launcher.launch("job-h", sh(script), JOB_AD, MACHINE_AD, slot="slot1")
+    wait_for(lambda: launcher.job_pid(handle) is not None)
+    launcher.hard_kill(handle)
+    result = wait_result(launcher, handle)
+    assert result.exit_signal == signal.SIGKILL and result.killed
+
+
+def test_suspend_and_resume_stop_and_continue_the_job(launcher: ProcessLauncher) -> None:
+    handle = launcher.launch("job-s", sh("exec sleep 30"), JOB_AD, MACHINE_AD, slot="slot1")
+    wait_for(lambda: launcher.job_pid(handle) is not None)
+    launcher.suspend(handle)
+    wait_for(lambda: launcher.is_suspended(handle))
+    launcher.resume(handle)
+    wait_for(lambda: not launcher.is_suspended(handle))
+    launcher.hard_kill(handle)
+    wait_result(launcher, handle)
+
+
+def test_a_restarted_agent_adopts_running_and_finished_jobs(
+    launcher: ProcessLauncher, tmp_path: Path
+) -> None:
+    done = launcher.launch("a-done", sh("exit 0"), JOB_AD, MACHINE_AD, slot="slot1")
+    wait_result(launcher, done)
+    running = launcher.launch("b-run", sh("exec sleep 30"), JOB_AD, MACHINE_AD, slot="slot2")
+    (tmp_path / "execute" / "not-a-job").mkdir()
+    # A new launcher, as after an agent restart: it knows only the execute directory.
+    again = ProcessLauncher(tmp_path / "execute", JobCgroups.disabled())
+    handles = {h.job_id: h for h in again.adopt()}
+    assert set(handles) == {"a-done", "b-run"}
+    assert handles["b-run"] == running
+    assert again.poll(handles["a-done"]) is not None
+    wait_for(lambda: again.job_pid(handles["b-run"]) is not None)
+    assert again.poll(handles["b-run"]) is None
+    again.soft_kill(handles["b-run"], signal.SIGTERM)
+    assert wait_result(again, handles["b-run"]).exit_signal == signal.SIGTERM
+
+
+def test_remove_kills_what_is_left_and_deletes_the_directory(launcher: ProcessLauncher) -> None:
+    handle = launcher.launch("job-r", sh("exec sleep 30"), JOB_AD, MACHINE_AD, slot="slot1")
+    wait_for(lambda: launcher.job_pid(handle) is not None)
+    pid = launcher.job_pid(handle)
+    launcher.remove(handle)
+    assert not handle.directory.exists()
+    assert pid is not None
+    wait_for(lambda: not Path(f"/proc/{pid}").exists() or _zombie(pid))
+
+
+def _zombie(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+    except OSError:
+        return True
+
+
+def test_a_job_id_launched_twice_is_refused(launcher: ProcessLauncher) -> None:
+    handle = launcher.launch("job-2", sh("exit 0"), JOB_AD, MACHINE_AD, slot="slot1")
+    with pytest.raises(LaunchError, match="already launched"):
+        launcher.launch("job-2", sh("exit 0"), JOB_AD, MACHINE_AD, slot="slot1")
+    wait_result(launcher, handle)
+
+
+def test_a_lost_supervisor_is_reported_not_waited_for(launcher: ProcessLauncher) -> None:
+    handle = launcher.launch("job-l", sh("exec sleep 30"), JOB_AD, MACHINE_AD, slot="slot1")
+    wait_for(lambda: launcher.job_pid(handle) is not None)
+    supervisor = int((handle.directory / records.SUPERVISOR_PID).read_text())
+    os.kill(supervisor, signal.SIGKILL)  # as a reboot or the OOM killer would
+    result = wait_result(launcher, handle)
+    assert result.state == "lost" and "ended without recording a result" in (
+        result.hold_reason or ""
+    )
+    launcher.hard_kill(handle)
+
+
+# -- Apptainer ------------------------------------------------------------------------------
+
+STAND_IN = """#!/bin/sh
+# A stand-in for `apptainer exec` on a directory image: checks the form, then runs the command
+# on the host in --pwd with the APPTAINERENV_ variables, as -C (a clean environment) would.
+set -e
+[ "$1" = "-s" ] && shift
+[ "$1" = "exec" ] || { echo "expected exec, got $1" >&2; exit 255; }
+shift
+pwd_dir=.
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --pwd) pwd_dir="$2"; shift 2;;
+    -S|-B|--bind) shift 2;;
+    --no-home|-C|--containall) shift;;
+    -*) echo "unknown option $1" >&2; exit 255;;
+    *) break;;
+  esac
+done
+image="$1"; shift
+[ -d "$image" ] || { echo "FATAL: could not open image $image" >&2; exit 255; }
+cd "$pwd_dir"
+exec env -i $(env | sed -n 's/^APPTAINERENV_//p') "$@"
+"""
+
+
+def test_apptainer_command_follows_the_manuals_starter_example(tmp_path: Path) -> None:
+    scratch = tmp_path / "dir_462373"
+    runtime = ApptainerRuntime(image="/images/debian", executable="demo", arguments=["3"])
+    command = apptainer_command("/usr/bin/apptainer", runtime, iwd=str(scratch), scratch=scratch)
+    # The manual: singularity -s exec -S /tmp -S /var/tmp --pwd /execute/dir_462373
+    #   -B /execute/dir_462373 --no-home -C /images/debian /execute/dir_462373/demo 3
+    assert command == [
+        "/usr/bin/apptainer", "-s", "exec", "-S", "/tmp", "-S", "/var/tmp",
+        "--pwd", str(scratch), "-B", str(scratch), "--no-home", "-C",
+        "/images/debian", f"{scratch}/demo", "3",
+    ]  # fmt: skip
+
+
+def test_apptainer_job_runs_through_apptainer_exec(tmp_path: Path) -> None:
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    apptainer = bin_dir / "apptainer"
+    apptainer.write_text(STAND_IN)
+    apptainer.chmod(apptainer.stat().st_mode | stat.S_IXUSR)
+    image = tmp_path / "image.dir"
+    image.mkdir()
+    launcher = ProcessLauncher(
+        tmp_path / "execute", JobCgroups.disabled(), search_path=str(bin_dir)
+    )
+    runtime = ApptainerRuntime(
+        image=str(image),
+        executable="/bin/sh",
+        arguments=["-c", 'echo "in $(pwd) slot=$_CONDOR_SLOT x=$X"'],
+        environment={"X": "1"},
+        output="out",
+    )
+    handle = launcher.launch("job-app", runtime, JOB_AD, MACHINE_AD, slot="slot1_3")
+    result = wait_result(launcher, handle)
+    assert result.state == "exited" and result.exit_code == 0, result
+    assert (handle.scratch / "out").read_text() == f"in {handle.scratch} slot=slot1_3 x=1\n"
+
+
+def test_apptainer_missing_holds_the_job_saying_so(launcher: ProcessLauncher) -> None:
+    runtime = ApptainerRuntime(image="/images/x.sif", executable="/bin/true")
+    handle = launcher.launch("job-noapp", runtime, JOB_AD, MACHINE_AD, slot="slot1")
+    result = launcher.poll(handle)  # decided at launch: no supervisor was started
+    assert result is not None and result.state == "failed"
+    assert result.hold_reason == APPTAINER_MISSING and result.hold_reason_code == 6
+
+
+def test_the_supervisors_result_has_exactly_the_fields_jobresult_knows(
+    launcher: ProcessLauncher,
+) -> None:
+    import dataclasses
+    import json
+
+    from kondor_agent.execute.records import JobResult
+
+    handle = launcher.launch("job-keys", sh("exit 0"), JOB_AD, MACHINE_AD, slot="slot1")
+    wait_result(launcher, handle)
+    written = set(json.loads((handle.directory / records.EXIT).read_text()))
+    known = {f.name for f in dataclasses.fields(JobResult)}
+    # Everything the supervisor measures, under JobResult's names; `killed` is the launcher's.
+    assert written == known - {"killed", "hold_reason", "hold_reason_code", "hold_reason_subcode"}
