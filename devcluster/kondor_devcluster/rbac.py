@@ -1,4 +1,9 @@
-"""RBAC of the dev cluster's users: `kondor:users` may work with Kondor's user-facing kinds only."""
+"""RBAC of the dev cluster's users: `kondor:users` may work with Kondor's user-facing kinds only.
+
+RBAC lets alice and bob create, read, update and delete any ExecutionJob (in `default` and in
+the tests' own namespaces); whose job it is, is the operator's admission webhook's to enforce:
+it stamps `spec.owner` and lets only the owner or a cluster admin change or delete a job.
+"""
 
 from __future__ import annotations
 

@@ -6,6 +6,7 @@
 * `@kopf.on.event` on the same kinds: mark what changed for the reconciler.
 * `@kopf.on.validate` on SlotPolicies: refuse an invalid policy at `kubectl apply`
   with the field, the value and classad2's message.
+* ExecutionJob admission (owner, validity, immutability): `webhook.register_job_admission`.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from kondor_operator.reconciler import (
     node_entry,
     slot_policy_entry,
 )
+from kondor_operator.webhook import register_job_admission
 
 logger = logging.getLogger(__name__)
 
@@ -119,3 +121,5 @@ def register(
             checked = check_policy(dict(spec))
             if not checked.valid:
                 raise kopf.AdmissionError(admission_message(name or "", checked), code=422)
+
+        register_job_admission(registry, connection=connection, fails_closed=webhook_fails_closed)

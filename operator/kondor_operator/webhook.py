@@ -10,22 +10,41 @@
   `--webhook-addr 0.0.0.0`, and `--webhook-service NAMESPACE/NAME[:PORT]` so the
   configuration points at the Service rather than a URL. With
   `--webhook-configuration ''` kopf manages no configuration (the chart ships it).
+
+It also holds the ExecutionJob admission handlers (`register_job_admission`): thin kopf
+handlers around `kondor_core.jobs.admit_job`, which decides. A mutating webhook sets
+`spec.owner` on CREATE; a validating one refuses invalid jobs on CREATE and UPDATE, changes
+to the owner, requests or runtime, and updates or deletions by anyone but the job's owner,
+a cluster admin and the operator itself (docs/jobs.md, "The ExecutionJob").
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
 import datetime
 import ipaddress
+import json
+import os
 import tempfile
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import kopf
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
+
+from kondor_core.api import EXECUTION_JOBS, GROUP, VERSION
+from kondor_core.jobs import Delegates, Requester, admit_job
+
+#: The ExecutionJob admission handlers' ids: kopf serves each at `/<id>` and names its
+#: webhook `<id>.<configuration name>`; the chart's configurations use the same.
+MUTATE_JOB_ID = "mutate-executionjob"
+VALIDATE_JOB_ID = "validate-executionjob"
 
 
 @dataclass(frozen=True)
@@ -136,3 +155,98 @@ def build_server(options: WebhookOptions) -> kopf.WebhookServer:
         pkeyfile=key,
         cafile=options.ca,
     )
+
+
+def register_job_admission(
+    registry: kopf.OperatorRegistry,
+    *,
+    connection: kopf.ConnectionInfo | None = None,
+    fails_closed: bool = False,
+) -> None:
+    """Register the ExecutionJob mutating (CREATE) and validating (CREATE, UPDATE, DELETE)
+    handlers. The operator's own user (from `connection`) may act for others, as cluster
+    admins and Kubernetes' controllers may (`kondor_core.jobs.Delegates`).
+
+    `fails_closed` is the webhooks' failurePolicy. Ignore admits every job while the operator
+    is down, owner included: a cluster that relies on `spec.owner` should choose Fail.
+    """
+    delegates = Delegates().with_users(operator_user(connection))
+
+    @kopf.on.mutate(
+        GROUP,
+        VERSION,
+        EXECUTION_JOBS,
+        id=MUTATE_JOB_ID,
+        operations=["CREATE"],
+        ignore_failures=not fails_closed,
+        registry=registry,
+    )
+    def set_job_owner(
+        body: kopf.Body, userinfo: kopf.UserInfo, patch: kopf.Patch, **_: Any
+    ) -> None:
+        admission = admit_job("CREATE", Requester.of(userinfo), body, None, delegates=delegates)
+        patch.update(admission.patch)
+
+    @kopf.on.validate(
+        GROUP,
+        VERSION,
+        EXECUTION_JOBS,
+        id=VALIDATE_JOB_ID,
+        operations=["CREATE", "UPDATE", "DELETE"],
+        ignore_failures=not fails_closed,
+        registry=registry,
+    )
+    def validate_job(
+        userinfo: kopf.UserInfo,
+        operation: str | None = None,
+        old: kopf.Body | None = None,
+        new: kopf.Body | None = None,
+        **_: Any,
+    ) -> None:
+        requester = Requester.of(userinfo)
+        admission = admit_job(operation or "", requester, new, old, delegates=delegates)
+        if admission.refusal is not None:
+            raise kopf.AdmissionError(admission.refusal, code=403 if admission.forbidden else 422)
+        if admission.patch:  # the mutating webhook did not run: refuse rather than store it
+            owner = new.get("spec", {}).get("owner") if new is not None else None
+            raise kopf.AdmissionError(
+                f"spec.owner {owner!r} is not {requester.name!r}: the owner is set at "
+                "submission, only a cluster admin may submit for someone else "
+                "(the mutating webhook that sets it did not run; try again)",
+                code=403,
+            )
+
+
+def operator_user(connection: kopf.ConnectionInfo | None) -> str | None:
+    """The user the API server sees the operator as: a service account token's subject, or
+    a client certificate's common name; None when neither says."""
+    if connection is None:
+        return None
+    if connection.token:
+        return token_subject(connection.token)
+    if connection.certificate_path:
+        try:
+            cert = x509.load_pem_x509_certificate(
+                Path(os.fsdecode(connection.certificate_path)).read_bytes()
+            )
+        except (OSError, ValueError):
+            return None
+        names = cert.subject.get_attributes_for_oid(NameOID.COMMON_NAME)
+        return str(names[0].value) if names else None
+    return None
+
+
+def token_subject(token: str) -> str | None:
+    """The `sub` claim of a JWT (a service account token names
+    `system:serviceaccount:NAMESPACE:NAME`), read without verifying it: the API server did
+    that when it authenticated the operator, and the claim only names who we are."""
+    parts = token.split(".")
+    if len(parts) != 3:
+        return None
+    payload = parts[1] + "=" * (-len(parts[1]) % 4)
+    try:
+        claims = json.loads(base64.urlsafe_b64decode(payload))
+    except (binascii.Error, ValueError):
+        return None
+    subject = claims.get("sub") if isinstance(claims, dict) else None
+    return subject if isinstance(subject, str) and subject else None

@@ -1,5 +1,26 @@
-"""Jobs as the negotiator and the startd see them: the job ClassAd of an ExecutionJob."""
+"""Jobs as the negotiator and the startd see them: the job ClassAd of an ExecutionJob, and
+the admission of an ExecutionJob (owner, validity, what may change)."""
 
 from kondor_core.jobs.ad import JOB_STATUS, VANILLA_UNIVERSE, job_ad
+from kondor_core.jobs.admission import (
+    Admission,
+    Delegates,
+    Requester,
+    admit_job,
+    change_problems,
+    job_problems,
+    pod_template_problems,
+)
 
-__all__ = ["JOB_STATUS", "VANILLA_UNIVERSE", "job_ad"]
+__all__ = [
+    "JOB_STATUS",
+    "VANILLA_UNIVERSE",
+    "Admission",
+    "Delegates",
+    "Requester",
+    "admit_job",
+    "change_problems",
+    "job_ad",
+    "job_problems",
+    "pod_template_problems",
+]

@@ -7,6 +7,7 @@ import datetime
 from pathlib import Path
 from typing import Any
 
+import kopf
 import pytest
 from chart_support import (
     CHART,
@@ -18,10 +19,13 @@ from chart_support import (
     substitute,
 )
 from cryptography import x509
+from kopf._cogs.structs.references import Resource
+from kopf._core.engines.admission import build_webhooks
 
 from kondor_agent.main import build_parser
 from kondor_operator.handlers import VALIDATE_ID
 from kondor_operator.main import parse_options
+from kondor_operator.webhook import MUTATE_JOB_ID, VALIDATE_JOB_ID, register_job_admission
 
 # Fetching helm the first time downloads ~35 MB.
 pytestmark = pytest.mark.timeout(300)
@@ -58,6 +62,7 @@ def test_renders_every_part(objects: list[dict[str, Any]]) -> None:
         ("Role", f"{AGENT}-jobs"),
         ("RoleBinding", f"{AGENT}-jobs"),
         ("ValidatingWebhookConfiguration", "t-kondor.kondor.io"),
+        ("MutatingWebhookConfiguration", "t-kondor.kondor.io"),
         ("Service", "t-kondor-webhook"),
         ("Secret", "t-kondor-webhook-tls"),
     ]:
@@ -76,6 +81,7 @@ def test_namespaced_objects_land_in_the_release_namespace(objects: list[dict[str
         "ClusterRoleBinding",
         "CustomResourceDefinition",
         "ValidatingWebhookConfiguration",
+        "MutatingWebhookConfiguration",
     }
     for o in objects:
         if o["kind"] in cluster_scoped:
@@ -132,12 +138,20 @@ def test_leader_election_and_webhook_can_be_turned_off(helm: Path) -> None:
     options = parse_options(_operator_args(objects))
     assert not options.leader_election
     assert options.webhook is None
-    assert not [o for o in objects if o["kind"] == "ValidatingWebhookConfiguration"]
+    assert not [o for o in objects if o["kind"].endswith("WebhookConfiguration")]
+
+
+def _webhooks(objects: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Every webhook of the chart's configurations by handler id (kopf's `<id>.<suffix>`)."""
+    return {
+        webhook["name"].removesuffix(".kondor.io"): webhook
+        for kind in ("ValidatingWebhookConfiguration", "MutatingWebhookConfiguration")
+        for webhook in find(objects, kind)["webhooks"]
+    }
 
 
 def test_webhook_configuration_points_at_the_operator(objects: list[dict[str, Any]]) -> None:
-    configuration = find(objects, "ValidatingWebhookConfiguration")
-    [webhook] = configuration["webhooks"]
+    webhook = _webhooks(objects)[VALIDATE_ID]
     assert webhook["clientConfig"]["service"] == {
         "name": "t-kondor-webhook",
         "namespace": NAMESPACE,
@@ -156,9 +170,53 @@ def test_webhook_configuration_points_at_the_operator(objects: list[dict[str, An
     assert service["spec"]["selector"].items() <= pod_labels.items()
 
 
+def test_job_webhooks_are_those_kopf_would_register(objects: list[dict[str, Any]]) -> None:
+    """The chart's ExecutionJob webhooks against the configuration kopf builds for the
+    operator's handlers: same paths, rules and operations (DELETE included: only a job's
+    owner or a cluster admin may delete it)."""
+    registry = kopf.OperatorRegistry()
+    register_job_admission(registry)
+    jobs = Resource("kondor.io", "v1alpha1", "executionjobs", kind="ExecutionJob", namespaced=True)
+    service = kopf.WebhookClientConfigService(
+        namespace=NAMESPACE, name="t-kondor-webhook", port=443, path=""
+    )
+    kopfs = {
+        hook["name"].removesuffix(".kondor.io"): hook
+        for hook in build_webhooks(
+            registry._webhooks.get_all_handlers(),
+            resources=[jobs],
+            name_suffix="kondor.io",
+            client_config=kopf.WebhookClientConfig(service=service),
+        )
+    }
+    chart = _webhooks(objects)
+    assert set(kopfs) == {MUTATE_JOB_ID, VALIDATE_JOB_ID}
+    for handler_id, expected in kopfs.items():
+        webhook = chart[handler_id]
+        assert webhook["clientConfig"]["service"] == expected["clientConfig"]["service"]
+        [rule] = webhook["rules"]
+        [kopf_rule] = expected["rules"]
+        assert rule["scope"] == "Namespaced"
+        assert {k: v for k, v in rule.items() if k != "scope"} == {
+            k: v for k, v in kopf_rule.items() if k != "scope"
+        }
+        assert webhook["failurePolicy"] == "Ignore"  # the values' default, as for SlotPolicies
+        assert webhook["sideEffects"] == "None"
+    mutating = find(objects, "MutatingWebhookConfiguration")["webhooks"]
+    assert [hook["name"] for hook in mutating] == [f"{MUTATE_JOB_ID}.kondor.io"]
+
+
+def test_webhook_failure_policy_applies_to_every_webhook(helm: Path) -> None:
+    objects = render(helm, "--set", "webhook.failurePolicy=Fail", crds=False)
+    assert {hook["failurePolicy"] for hook in _webhooks(objects).values()} == {"Fail"}
+    options = parse_options(_operator_args(objects))
+    assert options.webhook_failure_policy == "Fail"
+
+
 def test_generated_certificate_is_signed_by_the_ca_bundle(objects: list[dict[str, Any]]) -> None:
-    [webhook] = find(objects, "ValidatingWebhookConfiguration")["webhooks"]
-    ca = x509.load_pem_x509_certificate(base64.b64decode(webhook["clientConfig"]["caBundle"]))
+    webhooks = _webhooks(objects).values()
+    [bundle] = {webhook["clientConfig"]["caBundle"] for webhook in webhooks}
+    ca = x509.load_pem_x509_certificate(base64.b64decode(bundle))
     secret = find(objects, "Secret", "t-kondor-webhook-tls")
     assert secret["type"] == "kubernetes.io/tls"
     cert = x509.load_pem_x509_certificate(base64.b64decode(secret["data"]["tls.crt"]))
@@ -173,11 +231,13 @@ def test_generated_certificate_is_signed_by_the_ca_bundle(objects: list[dict[str
 
 def test_cert_manager_issues_and_injects_the_certificate(helm: Path) -> None:
     objects = render(helm, "--set", "webhook.certManager.enabled=true")
-    configuration = find(objects, "ValidatingWebhookConfiguration")
-    assert configuration["metadata"]["annotations"] == {
-        "cert-manager.io/inject-ca-from": f"{NAMESPACE}/t-kondor-webhook"
-    }
-    assert "caBundle" not in configuration["webhooks"][0]["clientConfig"]
+    for kind in ("ValidatingWebhookConfiguration", "MutatingWebhookConfiguration"):
+        configuration = find(objects, kind)
+        assert configuration["metadata"]["annotations"] == {
+            "cert-manager.io/inject-ca-from": f"{NAMESPACE}/t-kondor-webhook"
+        }
+        for webhook in configuration["webhooks"]:
+            assert "caBundle" not in webhook["clientConfig"]
     certificate = find(objects, "Certificate", "t-kondor-webhook")
     assert certificate["spec"]["secretName"] == "t-kondor-webhook-tls"
     assert certificate["spec"]["issuerRef"]["name"] == find(objects, "Issuer")["metadata"]["name"]
@@ -192,8 +252,8 @@ def test_an_own_secret_needs_its_ca_bundle(helm: Path) -> None:
     objects = render(
         helm, "--set", "webhook.tls.secretName=mine", "--set", f"webhook.tls.caBundle={bundle}"
     )
-    [webhook] = find(objects, "ValidatingWebhookConfiguration")["webhooks"]
-    assert webhook["clientConfig"]["caBundle"] == bundle
+    for webhook in _webhooks(objects).values():
+        assert webhook["clientConfig"]["caBundle"] == bundle
     assert not [o for o in objects if o["kind"] == "Secret"]
     volumes = find(objects, "Deployment")["spec"]["template"]["spec"]["volumes"]
     assert {"name": "webhook-tls", "secret": {"secretName": "mine"}} in volumes
@@ -334,6 +394,12 @@ def _allowed(objects: list[dict[str, Any]], account: str) -> set[tuple[str, str,
         (("*", "kondor.io", "executionpoints/status", "patch"), True),
         (("*", "kondor.io", "slotpolicies/status", "patch"), True),
         (("*", "kondor.io", "slotpolicies", "patch"), False),  # the admin's spec
+        (("*", "kondor.io", "executionjobs", "watch"), True),
+        (("*", "kondor.io", "executionjobs", "patch"), True),  # the execution-point label
+        (("*", "kondor.io", "executionjobs/status", "patch"), True),
+        (("*", "kondor.io", "executionjobs", "create"), False),  # the user's
+        (("*", "kondor.io", "executionjobs", "update"), False),
+        (("*", "kondor.io", "executionjobs", "delete"), False),
         (("*", "apiextensions.k8s.io", "customresourcedefinitions", "list"), True),
         ((NAMESPACE, "coordination.k8s.io", "leases", "patch"), True),
         (("*", "coordination.k8s.io", "leases", "patch"), False),
@@ -379,6 +445,41 @@ def test_job_pods_namespace_moves_the_agents_pod_rights(helm: Path) -> None:
     allowed = _allowed(objects, AGENT)
     assert ("batch", "", "pods", "create") in allowed
     assert (NAMESPACE, "", "pods", "create") not in allowed
+
+
+def _aggregated(objects: list[dict[str, Any]], role: str) -> set[tuple[str, str]]:
+    """(resource, verb) of kondor.io that the chart adds to a built-in role (view, edit)."""
+    label = f"rbac.authorization.k8s.io/aggregate-to-{role}"
+    return {
+        (resource, verb)
+        for o in objects
+        if o["kind"] == "ClusterRole" and o["metadata"].get("labels", {}).get(label) == "true"
+        for rule in o["rules"]
+        if "kondor.io" in rule["apiGroups"]
+        for resource in rule["resources"]
+        for verb in rule["verbs"]
+    }
+
+
+def test_users_submit_jobs_through_the_built_in_roles(objects: list[dict[str, Any]]) -> None:
+    edit, view = _aggregated(objects, "edit"), _aggregated(objects, "view")
+    for verb in ("create", "get", "list", "watch", "update", "patch", "delete"):
+        assert ("executionjobs", verb) in edit
+    assert {verb for resource, verb in view if resource == "executionjobs"} == {
+        "get",
+        "list",
+        "watch",
+    }
+    for resource in ("executionpoints", "slotpolicies"):  # condor_status, never changed
+        assert {verb for r, verb in edit if r == resource} == {"get", "list", "watch"}
+    # Status is the operator's and the agent's: no built-in role writes it.
+    assert not {r for r, _verb in edit | view if r.endswith("/status")}
+
+
+def test_aggregation_can_be_turned_off(helm: Path) -> None:
+    objects = render(helm, "--set", "rbac.aggregateToDefaultRoles=false", crds=False)
+    assert not _aggregated(objects, "edit")
+    assert not _aggregated(objects, "view")
 
 
 # --- optional parts and values ---------------------------------------------------------------
