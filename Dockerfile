@@ -12,7 +12,8 @@ ENV PATH=/opt/kondor/bin:$PATH
 WORKDIR /src
 
 # The dependencies come from pyproject.toml alone, so this layer is rebuilt only when they
-# change, not on every source edit.
+# change, not on every source edit. Only [project] dependencies, the runtime set: the
+# `devcluster` and `dev` extras (httpx, test tools) stay out of the image.
 COPY pyproject.toml ./
 RUN python -c 'import tomllib; print("\n".join(tomllib.load(open("pyproject.toml", "rb"))["project"]["dependencies"]))' \
         > requirements.txt \

@@ -3,8 +3,8 @@
 A dev cluster with the operator; N kwok nodes (1,000 by default) created through the API; one
 SlotPolicy selecting them (POLLING_INTERVAL 5 s, UPDATE_INTERVAL `--update-interval`); one real
 `kondor_agent.loop.Agent` per node, each on its own machine file (`MachineFile`), all in this
-process (`kondor_agent.fleet.Fleet`). Once every ExecutionPoint is published and the operator
-judges every heartbeat fresh, it measures over a window of whole update intervals:
+process (`fleet_sim.Fleet`, beside this file). Once every ExecutionPoint is published and the
+operator judges every heartbeat fresh, it measures over a window of whole update intervals:
 
 * API writes per second at steady state, counted by the API server (`apiserver_request_total`:
   POST, PUT, PATCH, DELETE) on ExecutionPoints and SlotPolicy status, plus the operator's
@@ -74,7 +74,7 @@ from typing import Any
 import httpx
 import yaml
 
-from kondor_agent.fleet import Fleet
+from fleet_sim import Fleet
 from kondor_agent.kube import KubernetesAPI
 from kondor_agent.loop import Agent, AgentConfig
 from kondor_agent.machinefile import MachineFile

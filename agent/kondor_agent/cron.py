@@ -2,12 +2,12 @@
 
 The reference's "Startd Cron" / "Daemon ClassAd Hooks", as the condor_startd runs them:
 
-- Periodic: started every `period` seconds. A run still going when the next is due is
-  killed (SIGTERM to its process group, SIGKILL after `grace`) and started again when
-  `kill` is set; otherwise it runs on and the next start waits for its exit.
-- WaitForExit: started again `period` seconds after it exits; its output is read as it
-  comes, each `-` line publishing the ad it ends.
-- OneShot: once, and again when the policy changes if `reconfigRerun`.
+- When each job starts and when a running one is killed is decided by
+  `kondor_core.cron.schedule` (Periodic, WaitForExit, OneShot; KILL, RECONFIG,
+  RECONFIG_RERUN, STARTD_CRON_MAX_JOB_LOAD); a kill is SIGTERM to the job's process group
+  and SIGKILL after `grace`. This module only applies those decisions.
+- WaitForExit: its output is read as it comes, each `-` line publishing the ad it ends;
+  Periodic and OneShot jobs publish when they exit.
 - The executable's argv[0] is the job's name (as HTCondor passes it); its working
   directory is `cwd` or the hooks directory; `env` adds to the agent's environment.
 - Only executables inside the hooks directory run, checked with symlinks resolved.
@@ -15,38 +15,39 @@ The reference's "Startd Cron" / "Daemon ClassAd Hooks", as the condor_startd run
   all its stderr are logged too. Output lines that do not parse are logged and left out
   (`kondor_core.cron.output`). A run's output counts whatever its exit code; the output of
   a run that was killed does not.
-- STARTD_CRON_MAX_JOB_LOAD caps the sum of the JOB_LOAD of the jobs running at once;
-  STARTD_CRON_<job>_CONDITION is evaluated against the machine ad before each start.
+- STARTD_CRON_<job>_CONDITION is evaluated against the machine ad before each start.
 - A `- update:true` separator (or STARTD_CRON_AUTOPUBLISH = Always / If_Changed) asks
   for an immediate status write: `take_update()` says so and `on_update` wakes the loop.
   Otherwise the ads go out with the next write, as HTCondor's do with the next update.
 
-Everything that decides about output is pure (`kondor_core.cron`); this module only runs
-processes, one thread per job.
+The clock and the spawner (what starts a process) are passed in: the agent uses the
+monotonic clock, `spawn` and one background thread that calls `step` when a job is due or a
+process has something to say; tests pass fake time and fake processes and call `step`.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
-import math
 import os
 import signal
 import subprocess
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from kondor_core.classads import ClassAd, ExpressionError, evaluate
 from kondor_core.cron import (
     AutoPublish,
+    CronAction,
     CronAd,
     CronJob,
     CronMode,
     CronSettings,
+    CronState,
     HookPathError,
     OutputParser,
     OutputProblem,
@@ -55,12 +56,15 @@ from kondor_core.cron import (
     parse_output,
     record,
     retain,
+    schedule,
 )
 
 log = logging.getLogger("kondor_agent.cron")
 
 #: Seconds between SIGTERM and SIGKILL when a job is killed.
 DEFAULT_GRACE = 2.0
+#: How long `stop` waits for killed jobs to be reaped beyond `grace`.
+_STOP_MARGIN = 5.0
 
 
 class RefusedExecutableError(ValueError):
@@ -89,6 +93,144 @@ def resolve_executable(job: CronJob, hooks_dir: Path) -> Path:
     return real
 
 
+# -- the edges: time and processes ------------------------------------------------------------
+
+
+class Clock(Protocol):
+    """Monotonic seconds, and waiting on them."""
+
+    def __call__(self) -> float: ...
+
+    def wait(self, event: threading.Event, timeout: float | None) -> bool:
+        """Until `event` is set or `timeout` seconds have passed; whether it is set."""
+        ...
+
+
+class MonotonicClock:
+    def __call__(self) -> float:
+        return time.monotonic()
+
+    def wait(self, event: threading.Event, timeout: float | None) -> bool:
+        return event.wait(timeout)
+
+
+@dataclass(frozen=True)
+class Launch:
+    """How to start one run of a job."""
+
+    #: argv[0] is the job's name, as HTCondor passes it.
+    argv: tuple[str, ...]
+    executable: Path
+    cwd: str
+    #: Added to the agent's environment.
+    env: Mapping[str, str]
+
+
+class CronProcess(Protocol):
+    """A started run, as the runner sees it."""
+
+    def read(self) -> list[str]:
+        """The lines of stdout printed since the last call."""
+        ...
+
+    def exit_code(self) -> int | None:
+        """None while it runs or its output is still being read; negative: the signal that
+        ended it."""
+        ...
+
+    def stderr(self) -> str:
+        """Everything it wrote to stderr (complete once `exit_code` is not None)."""
+        ...
+
+    def signal(self, sig: signal.Signals) -> None:
+        """`sig` to its process group (a no-op once it has exited)."""
+        ...
+
+
+class Spawner(Protocol):
+    def __call__(self, launch: Launch, notify: Callable[[], None]) -> CronProcess:
+        """Start `launch`; call `notify` (from any thread) when it prints a line or exits.
+        OSError when it cannot start."""
+        ...
+
+
+class _Subprocess:
+    """A real process in its own session (so a kill reaches its children); two reader
+    threads turn its pipes into lines and an exit code."""
+
+    def __init__(self, launch: Launch, notify: Callable[[], None]) -> None:
+        self._notify = notify
+        self._lock = threading.Lock()
+        self._lines: list[str] = []
+        self._stderr: list[str] = []
+        self._code: int | None = None
+        self._popen = subprocess.Popen(
+            list(launch.argv),
+            executable=str(launch.executable),
+            cwd=launch.cwd,
+            env={**os.environ, **launch.env},
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            start_new_session=True,
+        )
+        name = launch.argv[0]
+        self._stderr_reader = threading.Thread(
+            target=self._read_stderr, daemon=True, name=f"cron-{name}-stderr"
+        )
+        self._stderr_reader.start()
+        threading.Thread(target=self._read_stdout, daemon=True, name=f"cron-{name}").start()
+
+    def _read_stdout(self) -> None:
+        stdout = self._popen.stdout
+        assert stdout is not None
+        with stdout:
+            for line in stdout:
+                with self._lock:
+                    self._lines.append(line)
+                self._notify()
+        code = self._popen.wait()
+        self._stderr_reader.join(1.0)
+        with self._lock:
+            self._code = code
+        self._notify()
+
+    def _read_stderr(self) -> None:
+        stderr = self._popen.stderr
+        assert stderr is not None
+        with stderr:
+            for chunk in stderr:
+                with self._lock:
+                    self._stderr.append(chunk)
+
+    def read(self) -> list[str]:
+        with self._lock:
+            lines, self._lines = self._lines, []
+            return lines
+
+    def exit_code(self) -> int | None:
+        with self._lock:
+            return self._code
+
+    def stderr(self) -> str:
+        with self._lock:
+            return "".join(self._stderr)
+
+    def signal(self, sig: signal.Signals) -> None:
+        if self._popen.returncode is None:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(self._popen.pid, sig)
+
+
+def spawn(launch: Launch, notify: Callable[[], None]) -> CronProcess:
+    """Start `launch` as a real process."""
+    return _Subprocess(launch, notify)
+
+
+# -- the runner -------------------------------------------------------------------------------
+
+
 @dataclass(frozen=True)
 class RunResult:
     """What one run of a job did (for logs and tests)."""
@@ -101,8 +243,29 @@ class RunResult:
     problems: tuple[OutputProblem, ...] = ()
 
 
+@dataclass
+class _Run:
+    process: CronProcess
+    parser: OutputParser
+    stdout: list[str] = field(default_factory=list)
+
+
+@dataclass
+class _Scheduled:
+    """One configured job, its schedule state and its current run."""
+
+    job: CronJob
+    executable: Path
+    state: CronState
+    run: _Run | None = None
+
+
 class CronRunner:
-    """The node's startd cron jobs: `configure` with the policy's jobs, read `ads()`."""
+    """The node's startd cron jobs: `configure` with the policy's jobs, read `ads()`.
+
+    With `background` (the agent) the first `configure` starts a thread that calls `step`
+    whenever a job is due or a process prints or exits; without it the caller calls `step`.
+    """
 
     def __init__(
         self,
@@ -111,19 +274,28 @@ class CronRunner:
         on_update: Callable[[], None] | None = None,
         machine_ad: Callable[[], Mapping[str, Any]] = dict,
         grace: float = DEFAULT_GRACE,
+        clock: Clock | None = None,
+        spawner: Spawner = spawn,
+        background: bool = True,
     ) -> None:
         self.hooks_dir = hooks_dir
         self.on_update = on_update
         self.machine_ad = machine_ad
         self.grace = grace
+        self.clock: Clock = clock if clock is not None else MonotonicClock()
+        self.spawner = spawner
+        self.background = background
         self.settings = CronSettings()
         self.results: list[RunResult] = []
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()
         self._ads: dict[str, CronAd] = {}
         self._update = False
-        self._load = 0.0
-        self._workers: dict[str, _Worker] = {}
-        self._order: tuple[str, ...] = ()
+        self._jobs: dict[str, _Scheduled] = {}
+        #: Runs of removed or changed jobs, being killed; their output is dropped.
+        self._dying: list[_Scheduled] = []
+        self._wake = threading.Event()
+        self._driver: threading.Thread | None = None
+        self._closed = False
 
     # -- what the loop reads -----------------------------------------------------------------
 
@@ -148,63 +320,258 @@ class CronRunner:
     ) -> None:
         """Run `jobs` from now on. Unchanged jobs keep running (a OneShot job with
         `reconfig_rerun` runs again, a job with `reconfig` gets SIGHUP); changed ones are
-        restarted; removed ones are stopped and their ads dropped."""
-        self.settings = settings
-        wanted = {job.name: job for job in jobs}
-        for name, worker in list(self._workers.items()):
-            if wanted.get(name) != worker.job:
-                worker.stop(self.grace)
-                del self._workers[name]
-            elif reconfig:
-                worker.reconfigure()
+        restarted; removed ones are killed and their ads dropped."""
         with self._lock:
+            now = self.clock()
+            self.settings = settings
+            self._closed = False
+            wanted = {job.name: job for job in jobs}
+            for name, scheduled in list(self._jobs.items()):
+                if wanted.get(name) != scheduled.job:
+                    self._retire(scheduled, now)
+                    del self._jobs[name]
+                elif reconfig:
+                    if scheduled.run is not None and schedule.hangs_up(
+                        scheduled.job, scheduled.state
+                    ):
+                        scheduled.run.process.signal(signal.SIGHUP)
+                    scheduled.state = schedule.reconfigured(scheduled.job, scheduled.state)
             self._ads = retain(self._ads, wanted)
-            self._order = tuple(wanted)
-        for name, job in wanted.items():
-            if name in self._workers:
-                continue
-            try:
-                executable = resolve_executable(job, self.hooks_dir)
-            except RefusedExecutableError as err:
-                log.error("startd cron job %s is not run: %s", name, err)
-                continue
-            worker = _Worker(self, job, executable)
-            self._workers[name] = worker
-            worker.start()
+            for name, job in wanted.items():
+                if name in self._jobs:
+                    continue
+                try:
+                    executable = resolve_executable(job, self.hooks_dir)
+                except RefusedExecutableError as err:
+                    log.error("startd cron job %s is not run: %s", name, err)
+                    continue
+                self._jobs[name] = _Scheduled(job, executable, CronState(configured=now))
+            if self.background and self._driver is None:
+                self._driver = threading.Thread(target=self._drive, name="cron", daemon=True)
+                self._driver.start()
+        self._wake.set()
 
     def stop(self) -> None:
-        """Stop every job (killing the running ones) and wait for their threads."""
-        for worker in self._workers.values():
-            worker.stop(self.grace)
-        self._workers.clear()
+        """Kill every running job and wait (at most `grace` and a few seconds) for them."""
+        with self._lock:
+            self._closed = True
+            now = self.clock()
+            for scheduled in self._jobs.values():
+                self._retire(scheduled, now)
+            self._jobs.clear()
+            driver, self._driver = self._driver, None
+        self._wake.set()
+        if driver is not None:
+            driver.join(self.grace + _STOP_MARGIN)
+        deadline = self.clock() + self.grace + _STOP_MARGIN
+        while True:
+            self._wake.clear()
+            wake = self.step()
+            now = self.clock()
+            if not self._dying or now >= deadline:
+                break
+            until = deadline if wake is None else min(deadline, wake)
+            self.clock.wait(self._wake, max(0.0, until - now))
+        for scheduled in self._dying:
+            log.warning("startd cron job %s did not exit after SIGKILL", scheduled.job.name)
+        self._dying.clear()
 
     def run_once(self, jobs: Sequence[CronJob], settings: CronSettings, timeout: float) -> None:
-        """Each job once, now, waiting up to `timeout` seconds for each (`--oneshot`)."""
+        """Each job once, now, one after another, waiting up to `timeout` seconds for each
+        (`--oneshot`); one still running then is killed (a WaitForExit job keeps the ads it
+        has published)."""
         self.settings = settings
-        with self._lock:
-            self._order = tuple(job.name for job in jobs)
         for job in jobs:
             try:
                 executable = resolve_executable(job, self.hooks_dir)
             except RefusedExecutableError as err:
                 log.error("startd cron job %s is not run: %s", job.name, err)
                 continue
-            worker = _Worker(self, job, executable)
-            if job.mode is CronMode.WAIT_FOR_EXIT:
-                worker.stream(deadline=time.monotonic() + timeout)
-            else:
-                worker.run(deadline=time.monotonic() + timeout, kill=True)
+            now = self.clock()
+            deadline = now + timeout
+            scheduled = _Scheduled(job, executable, CronState(configured=now))
+            with self._lock:
+                self._start(scheduled, now)
+            while scheduled.run is not None:
+                self._wake.clear()
+                with self._lock:
+                    now = self.clock()
+                    update = self._reap(scheduled, now, publish=True)
+                    action = schedule.due_once(
+                        scheduled.state, now, deadline=deadline, grace=self.grace
+                    )
+                    if action is CronAction.TERMINATE:
+                        log.warning(
+                            "startd cron job %s is still running after %ss; killing it",
+                            job.name,
+                            timeout,
+                        )
+                    self._apply(scheduled, action, now)
+                    wake = schedule.next_wakeup_once(
+                        scheduled.state, deadline=deadline, grace=self.grace
+                    )
+                self._notify(update)
+                if scheduled.run is not None:
+                    self.clock.wait(self._wake, None if wake is None else max(0.0, wake - now))
 
-    # -- used by the workers -----------------------------------------------------------------
+    # -- one step ----------------------------------------------------------------------------
 
-    def _publish(self, job: CronJob, ads: Sequence[CronAd]) -> None:
-        if not ads:
-            return
+    def step(self) -> float | None:
+        """Read what the running jobs printed, finish the ones that exited, then start, kill
+        or signal each job as `kondor_core.cron.schedule` says at this time; the clock time
+        at which a job is next due (None: nothing is, until a process exits or `configure`)."""
         with self._lock:
-            before = {ad.full_name: self._ads.get(ad.full_name) for ad in ads}
-            self._ads = record(self._ads, ads)
-            update = self._wants_update(ads, before)
-            self._update = self._update or update
+            now = self.clock()
+            update = False
+            for scheduled in self._jobs.values():
+                update = self._reap(scheduled, now, publish=True) or update
+            for scheduled in self._dying:
+                self._reap(scheduled, now, publish=False)
+            self._dying = [scheduled for scheduled in self._dying if scheduled.run is not None]
+            load = sum(s.job.job_load for s in self._jobs.values() if s.run is not None)
+            for scheduled in self._jobs.values():
+                action = schedule.due(scheduled.job, scheduled.state, now, grace=self.grace)
+                if action is CronAction.START:
+                    if not self._may_start(scheduled.job, load):
+                        scheduled.state = schedule.held(scheduled.state, now)
+                        continue
+                    self._start(scheduled, now)
+                    if scheduled.run is not None:
+                        load += scheduled.job.job_load
+                    continue
+                if action is CronAction.TERMINATE:
+                    log.warning(
+                        "startd cron job %s is still running at its period (%ss); killing it",
+                        scheduled.job.name,
+                        scheduled.job.period,
+                    )
+                self._apply(scheduled, action, now)
+            for scheduled in self._dying:
+                action = schedule.due(scheduled.job, scheduled.state, now, grace=self.grace)
+                if action is CronAction.KILL:
+                    self._apply(scheduled, action, now)
+            wakeups = [
+                schedule.next_wakeup(s.job, s.state, grace=self.grace)
+                for s in (*self._jobs.values(), *self._dying)
+            ]
+        self._notify(update)
+        times = [at for at in wakeups if at is not None]
+        return min(times) if times else None
+
+    def _drive(self) -> None:
+        """The background thread: `step`, then wait until the next job is due or a process
+        has something to say."""
+        while True:
+            self._wake.clear()
+            try:
+                wake: float | None = self.step()
+            except Exception:  # a bug in one step never stops startd cron for good
+                log.exception("startd cron failed; trying again")
+                wake = self.clock() + schedule.HOLD_RETRY
+            with self._lock:
+                if self._closed:
+                    return
+            timeout = None if wake is None else max(0.0, wake - self.clock())
+            self.clock.wait(self._wake, timeout)
+
+    # -- applying decisions (the caller holds the lock) --------------------------------------
+
+    def _apply(self, scheduled: _Scheduled, action: CronAction, now: float) -> None:
+        job, run = scheduled.job, scheduled.run
+        if action is CronAction.TERMINATE and run is not None:
+            run.process.signal(signal.SIGTERM)
+            scheduled.state = schedule.terminated(scheduled.state, now)
+        elif action is CronAction.KILL and run is not None:
+            run.process.signal(signal.SIGKILL)
+            scheduled.state = schedule.kill_sent(scheduled.state)
+        elif action is CronAction.OVERRUN:
+            log.warning(
+                "startd cron job %s is still running at its period; it is not started again "
+                "until it exits (kill is false)",
+                job.name,
+            )
+            scheduled.state = schedule.overran(scheduled.state)
+
+    def _retire(self, scheduled: _Scheduled, now: float) -> None:
+        """The job is removed or changed: kill its run and reap it later."""
+        if scheduled.run is None:
+            return
+        scheduled.run.process.signal(signal.SIGTERM)
+        scheduled.state = schedule.terminated(scheduled.state, now)
+        self._dying.append(scheduled)
+
+    def _may_start(self, job: CronJob, load: float) -> bool:
+        if not self._condition_holds(job):
+            return False
+        if not schedule.fits(load, job, self.settings.max_job_load):
+            log.debug("startd cron job %s waits: STARTD_CRON_MAX_JOB_LOAD is reached", job.name)
+            return False
+        return True
+
+    def _start(self, scheduled: _Scheduled, now: float) -> None:
+        job = scheduled.job
+        launch = Launch(
+            argv=(job.name, *job.args),
+            executable=scheduled.executable,
+            cwd=job.cwd or str(self.hooks_dir),
+            env=job.env,
+        )
+        scheduled.state = schedule.started(scheduled.state, now)
+        try:
+            process = self.spawner(launch, self._wake.set)
+        except OSError as err:
+            log.error("startd cron job %s cannot start %s: %s", job.name, launch.executable, err)
+            scheduled.state = schedule.exited(scheduled.state, now)
+            self._finished(RunResult(job.name, None, False, "", str(err)))
+            return
+        scheduled.run = _Run(process, OutputParser(job))
+
+    def _reap(self, scheduled: _Scheduled, now: float, *, publish: bool) -> bool:
+        """Take what the run printed (a WaitForExit job publishes each ad as it ends) and
+        finish it if it exited; whether an immediate update was asked for."""
+        run, job = scheduled.run, scheduled.job
+        if run is None:
+            return False
+        streaming = job.mode is CronMode.WAIT_FOR_EXIT
+        update = False
+        for line in run.process.read():
+            run.stdout.append(line)
+            if streaming:
+                ad = run.parser.feed(line)
+                if ad is not None and publish:
+                    update = self._publish([ad]) or update
+        code = run.process.exit_code()
+        if code is None:
+            return update
+        # Signalled by the runner, or (a stream) ended by a signal: its output does not count.
+        killed = scheduled.state.terminated is not None or (streaming and code < 0)
+        stdout = "".join(run.stdout)
+        if streaming:
+            last = run.parser.finish()
+            ads = [last] if last is not None else []
+            problems = tuple(run.parser.problems)
+        else:
+            parsed = parse_output(job, stdout)
+            ads, problems = list(parsed.ads), parsed.problems
+        if publish and not killed:
+            update = self._publish(ads) or update
+        scheduled.run = None
+        scheduled.state = schedule.exited(scheduled.state, now)
+        self._finished(RunResult(job.name, code, killed, stdout, run.process.stderr(), problems))
+        return update
+
+    def _publish(self, ads: Sequence[CronAd]) -> bool:
+        """Keep `ads`; whether they ask for an immediate update."""
+        if not ads:
+            return False
+        before = {ad.full_name: self._ads.get(ad.full_name) for ad in ads}
+        self._ads = record(self._ads, ads)
+        update = self._wants_update(ads, before)
+        self._update = self._update or update
+        return update
+
+    def _notify(self, update: bool) -> None:
+        """Wake the loop for an immediate update (outside the lock: it is the loop's code)."""
         if update and self.on_update is not None:
             self.on_update()
 
@@ -219,17 +586,6 @@ class CronRunner:
             return any(before.get(ad.full_name) != ad for ad in ads)
         return False
 
-    def _acquire_load(self, job: CronJob) -> bool:
-        with self._lock:
-            if self._load > 0 and self._load + job.job_load > self.settings.max_job_load + 1e-9:
-                return False
-            self._load += job.job_load
-            return True
-
-    def _release_load(self, job: CronJob) -> None:
-        with self._lock:
-            self._load = max(0.0, self._load - job.job_load)
-
     def _condition_holds(self, job: CronJob) -> bool:
         if job.condition is None:
             return True
@@ -241,9 +597,8 @@ class CronRunner:
         return value is True
 
     def _finished(self, result: RunResult) -> None:
-        with self._lock:
-            self.results.append(result)
-            del self.results[:-100]  # a bounded history, for tests and debugging
+        self.results.append(result)
+        del self.results[:-100]  # a bounded history, for tests and debugging
         for problem in result.problems:
             log.warning("%s; the line is left out", problem)
         if result.killed or result.exit_code in (0, None):
@@ -264,228 +619,3 @@ class CronRunner:
                 result.job,
                 result.exit_code,
             )
-
-
-class _Worker:
-    """One job's thread."""
-
-    def __init__(self, runner: CronRunner, job: CronJob, executable: Path) -> None:
-        self.runner = runner
-        self.job = job
-        self.executable = executable
-        self._stop = threading.Event()
-        self._rerun = threading.Event()
-        self._thread: threading.Thread | None = None
-        self._process: subprocess.Popen[str] | None = None
-
-    def start(self) -> None:
-        self._thread = threading.Thread(
-            target=self._main, name=f"cron-{self.job.name}", daemon=True
-        )
-        self._thread.start()
-
-    def reconfigure(self) -> None:
-        if self.job.reconfig and self._process is not None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(self._process.pid, signal.SIGHUP)
-        if self.job.mode is CronMode.ONE_SHOT and self.job.reconfig_rerun:
-            self._rerun.set()
-
-    def stop(self, grace: float) -> None:
-        self._stop.set()
-        self._rerun.set()
-        process = self._process
-        if process is not None:
-            _terminate(process, grace)
-        if self._thread is not None:
-            self._thread.join(grace + 5)
-
-    # -- the schedule ------------------------------------------------------------------------
-
-    def _main(self) -> None:
-        try:
-            mode = self.job.mode
-            if mode is CronMode.PERIODIC:
-                self._periodic()
-            elif mode is CronMode.WAIT_FOR_EXIT:
-                self._wait_for_exit()
-            else:
-                self._one_shot()
-        except Exception:  # a job's thread never takes the agent down
-            log.exception("startd cron job %s failed", self.job.name)
-
-    def _periodic(self) -> None:
-        period = float(self.job.period)
-        next_start = time.monotonic()
-        while not self._stop.wait(max(0.0, next_start - time.monotonic())):
-            started = time.monotonic()
-            if not self._may_start():
-                next_start = started + min(period, 1.0)
-                continue
-            result = self.run(deadline=started + period, kill=self.job.kill)
-            now = time.monotonic()
-            if result.killed:
-                next_start = now  # killed at its period: the new instance starts at once
-            else:  # the next period boundary (later ones passed while it overran)
-                next_start = started + period * max(1, math.ceil((now - started) / period))
-
-    def _wait_for_exit(self) -> None:
-        while not self._stop.is_set():
-            if not self._may_start():
-                self._stop.wait(1.0)
-                continue
-            self.stream(deadline=None)
-            self._stop.wait(float(self.job.period))
-
-    def _one_shot(self) -> None:
-        while not self._stop.is_set():
-            if self._may_start():
-                self.run(deadline=None, kill=False)
-            else:
-                self._stop.wait(1.0)
-                continue
-            self._rerun.wait()
-            self._rerun.clear()
-
-    def _may_start(self) -> bool:
-        return self.runner._condition_holds(self.job) and self._acquired()
-
-    def _acquired(self) -> bool:
-        if self.runner._acquire_load(self.job):
-            return True
-        log.debug("startd cron job %s waits: STARTD_CRON_MAX_JOB_LOAD is reached", self.job.name)
-        return False
-
-    # -- one run -----------------------------------------------------------------------------
-
-    def _spawn(self) -> subprocess.Popen[str]:
-        job = self.job
-        cwd = job.cwd or str(self.runner.hooks_dir)
-        return subprocess.Popen(
-            [job.name, *job.args],
-            executable=str(self.executable),
-            cwd=cwd,
-            env={**os.environ, **job.env},
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            start_new_session=True,  # its own process group, so a kill reaches its children
-        )
-
-    def run(self, *, deadline: float | None, kill: bool) -> RunResult:
-        """One run of a Periodic or OneShot job: publish its output when it exits. At
-        `deadline` a still running job is killed if `kill`, else waited for."""
-        job = self.job
-        try:
-            process = self._process = self._spawn()
-        except OSError as err:
-            log.error("startd cron job %s cannot start %s: %s", job.name, self.executable, err)
-            self.runner._release_load(job)
-            return RunResult(job.name, None, False, "", str(err))
-        killed = False
-        try:
-            timeout = None if deadline is None else max(0.0, deadline - time.monotonic())
-            stdout, stderr = process.communicate(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            if kill:
-                log.warning(
-                    "startd cron job %s is still running at its period (%ss); killing it",
-                    job.name,
-                    job.period,
-                )
-                killed = True
-                stdout, stderr = _kill_and_read(process, self.runner.grace)
-            else:
-                log.warning(
-                    "startd cron job %s is still running at its period; it is not started "
-                    "again until it exits (kill is false)",
-                    job.name,
-                )
-                stdout, stderr = process.communicate()
-        finally:
-            self._process = None
-            self.runner._release_load(job)
-        killed = killed or self._stop.is_set()
-        parsed = parse_output(job, stdout)
-        if not killed:
-            self.runner._publish(job, parsed.ads)
-        result = RunResult(job.name, process.returncode, killed, stdout, stderr, parsed.problems)
-        self.runner._finished(result)
-        return result
-
-    def stream(self, *, deadline: float | None) -> None:
-        """One run of a WaitForExit job: each `-` line publishes the ad it ends."""
-        job = self.job
-        try:
-            process = self._process = self._spawn()
-        except OSError as err:
-            log.error("startd cron job %s cannot start %s: %s", job.name, self.executable, err)
-            self.runner._release_load(job)
-            return
-        stderr: list[str] = []
-        reader = threading.Thread(
-            target=lambda: stderr.extend(process.stderr or ()), daemon=True, name="cron-stderr"
-        )
-        reader.start()
-        timer = None
-        if deadline is not None:
-            timer = threading.Timer(
-                max(0.0, deadline - time.monotonic()), _terminate, (process, self.runner.grace)
-            )
-            timer.start()
-        parser = OutputParser(job)
-        lines: list[str] = []
-        try:
-            for line in process.stdout or ():
-                lines.append(line)
-                ad = parser.feed(line)
-                if ad is not None:
-                    self.runner._publish(job, [ad])
-            process.wait()
-        finally:
-            if timer is not None:
-                timer.cancel()
-            self._process = None
-            self.runner._release_load(job)
-        reader.join(1.0)
-        killed = process.returncode is not None and process.returncode < 0
-        last = parser.finish()
-        if last is not None and not killed:
-            self.runner._publish(job, [last])
-        self.runner._finished(
-            RunResult(
-                job.name,
-                process.returncode,
-                killed,
-                "".join(lines),
-                "".join(stderr),
-                tuple(parser.problems),
-            )
-        )
-
-
-def _signal(process: subprocess.Popen[str], sig: signal.Signals) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(process.pid, sig)
-
-
-def _kill_and_read(process: subprocess.Popen[str], grace: float) -> tuple[str, str]:
-    """SIGTERM to the job's process group, SIGKILL after `grace`; its output so far (the
-    caller is the only reader of its pipes)."""
-    _signal(process, signal.SIGTERM)
-    try:
-        out, err = process.communicate(timeout=grace)
-    except subprocess.TimeoutExpired:
-        _signal(process, signal.SIGKILL)
-        out, err = process.communicate()
-    return out or "", err or ""
-
-
-def _terminate(process: subprocess.Popen[str], grace: float) -> None:
-    """SIGTERM, then SIGKILL after `grace`, from another thread than the pipes' reader."""
-    _signal(process, signal.SIGTERM)
-    try:
-        process.wait(timeout=grace)
-    except subprocess.TimeoutExpired:
-        _signal(process, signal.SIGKILL)

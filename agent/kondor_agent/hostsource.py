@@ -4,43 +4,40 @@ Detection needs what only the API server knows (the Node's labels and allocatabl
 machine is detected at start and again when those change, checked at most once per
 `recheck` seconds: HTCondor's startd also detects its resources at start and reconfig, not
 on every poll. Live facts (LoadAvg, KeyboardIdle, the owner's usage, PSI, ...) are sampled on
-every poll. The detection module is imported only here and only when used, so a simulated
-node (`--machine FILE`) never needs it.
+every poll. Detection and sampling are parameters, so tests pass their own.
 """
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable, Mapping
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
+from kondor_agent.detect import HostFS, Sampler, detect_machine
 from kondor_core.api import Machine
 
 Fact = Any
 
 
-class DetectionUnavailableError(RuntimeError):
-    """Host detection (`kondor_agent.detect`) is not available in this build."""
+class DetectMachine(Protocol):
+    """`kondor_agent.detect.detect_machine`, as far as a node's agent calls it."""
+
+    def __call__(
+        self,
+        host: HostFS,
+        *,
+        node_name: str,
+        labels: Mapping[str, str],
+        allocatable: Mapping[str, str],
+        execute_dir: Path,
+    ) -> Machine: ...
 
 
-def detect_module() -> Any:
-    """`kondor_agent.detect`, or a DetectionUnavailableError saying what to do instead."""
-    try:
-        module = importlib.import_module("kondor_agent.detect")
-    except ImportError as err:
-        raise DetectionUnavailableError(
-            f"host detection is not available ({err}); give --machine FILE to run on a "
-            "machine description instead"
-        ) from None
-    for name in ("detect_machine", "HostFS", "Sampler"):
-        if not hasattr(module, name):
-            raise DetectionUnavailableError(
-                f"host detection is not available (kondor_agent.detect has no {name}); give "
-                "--machine FILE to run on a machine description instead"
-            )
-    return module
+class LiveSampler(Protocol):
+    """`kondor_agent.detect.Sampler`: the live facts at each poll."""
+
+    def poll(self, now: datetime) -> Mapping[str, Fact]: ...
 
 
 class HostMachine:
@@ -55,16 +52,17 @@ class HostMachine:
         read_node: Callable[[], Mapping[str, Any] | None],
         clock: Callable[[], float],
         recheck: float = 300.0,
-        module: Any = None,
+        detect: DetectMachine = detect_machine,
+        sampler: LiveSampler | None = None,
     ) -> None:
-        self.detect = module if module is not None else detect_module()
         self.node_name = node_name
-        self.host = self.detect.HostFS(root)
+        self.host = HostFS(root)
+        self.detect = detect
         self.execute_dir = execute_dir
         self.read_node = read_node
         self.clock = clock
         self.recheck = recheck
-        self.sampler = self.detect.Sampler(self.host)
+        self.sampler: LiveSampler = sampler if sampler is not None else Sampler(self.host)
         self._machine: Machine | None = None
         self._node_facts: tuple[dict[str, str], dict[str, str]] | None = None
         self._checked: float | None = None
@@ -83,7 +81,7 @@ class HostMachine:
         }
         if self._machine is not None and self._node_facts == (labels, allocatable):
             return self._machine
-        machine: Machine = self.detect.detect_machine(
+        machine = self.detect(
             self.host,
             node_name=self.node_name,
             labels=labels,
@@ -94,5 +92,4 @@ class HostMachine:
         return machine
 
     def live(self, now: float) -> Mapping[str, Fact]:
-        facts: Mapping[str, Fact] = self.sampler.poll(datetime.fromtimestamp(now).astimezone())
-        return facts
+        return self.sampler.poll(datetime.fromtimestamp(now).astimezone())

@@ -33,7 +33,8 @@ from typing import Any
 from kondor_agent import startd as startd_mod
 from kondor_agent.benchmarks import BenchmarkRunner, measure
 from kondor_agent.cron import CronRunner
-from kondor_agent.hostsource import DetectionUnavailableError, HostMachine, detect_module
+from kondor_agent.detect import register as register_detect
+from kondor_agent.hostsource import HostMachine
 from kondor_agent.loop import Agent, AgentConfig, LiveFacts, no_live_facts
 from kondor_agent.machinefile import MachineFile, load
 from kondor_agent.metrics import AgentMetrics
@@ -115,14 +116,7 @@ def build_parser() -> argparse.ArgumentParser:
 def _detect_command(argv: Sequence[str]) -> int:
     parser = argparse.ArgumentParser(prog="kondor-agent")
     commands = parser.add_subparsers(dest="command", required=True)
-    try:
-        register = getattr(detect_module(), "register", None)
-        if register is None:
-            raise DetectionUnavailableError("kondor_agent.detect has no `register`")
-    except DetectionUnavailableError as err:
-        print(f"kondor-agent detect: {err}", file=sys.stderr)
-        return 2
-    register(commands)
+    register_detect(commands)
     args = parser.parse_args(list(argv))
     return int(args.func(args) or 0)
 
@@ -151,7 +145,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error("--node-name is required (or set $NODE_NAME)")
     try:
         return _publish(args)
-    except (InvalidObjectError, DetectionUnavailableError) as err:
+    except InvalidObjectError as err:
         print(f"kondor-agent: {err}", file=sys.stderr)
         return 2
 
@@ -210,7 +204,6 @@ def _offline(args: argparse.Namespace) -> int:
         PolicyError,
         LayoutError,
         EngineError,
-        DetectionUnavailableError,
         OSError,
     ) as err:
         print(f"kondor-agent: {err}", file=sys.stderr)

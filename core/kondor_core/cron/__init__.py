@@ -1,9 +1,11 @@
-"""Startd cron (the reference's "Daemon ClassAd Hooks"): job definitions, output, merging.
+"""Startd cron (the reference's "Daemon ClassAd Hooks"): job definitions, their schedule,
+output, merging.
 
 Pure: `kondor_core.config` compiles the jobs from a SlotPolicy (`spec.cron` and
-STARTD_CRON_* in condorConfig), the agent runs them (`kondor_agent.cron`) and feeds each
-run's output to `parse_output` / `OutputParser`, keeps the ads with `record`, and renders
-slot ads through `merge_into_slots`.
+STARTD_CRON_* in condorConfig), the agent runs them (`kondor_agent.cron`) when
+`schedule.due` says (`schedule` holds the transitions, under their own names) and feeds each
+run's output to `parse_output` / `OutputParser`, keeps the ads with `record`, and the startd
+merges them into its slot ads (`kondor_core.startd`).
 """
 
 from kondor_core.cron.jobs import (
@@ -21,15 +23,7 @@ from kondor_core.cron.jobs import (
     parse_env,
     parse_period,
 )
-from kondor_core.cron.merge import (
-    CronAds,
-    attribute_names,
-    merge_into_slots,
-    merge_order,
-    record,
-    retain,
-    selects,
-)
+from kondor_core.cron.kept import CronAds, attribute_names, merge_order, record, retain
 from kondor_core.cron.output import (
     TARGETING,
     CronAd,
@@ -38,26 +32,29 @@ from kondor_core.cron.output import (
     ParsedOutput,
     parse_output,
 )
+from kondor_core.cron.schedule import HOLD_RETRY, CronAction, CronState
 
 __all__ = [
     "DEFAULT_HOOKS_DIR",
     "DEFAULT_JOB_LOAD",
     "DEFAULT_MAX_JOB_LOAD",
+    "HOLD_RETRY",
     "TARGETING",
     "AutoPublish",
+    "CronAction",
     "CronAd",
     "CronAds",
     "CronError",
     "CronJob",
     "CronMode",
     "CronSettings",
+    "CronState",
     "HookPathError",
     "OutputParser",
     "OutputProblem",
     "ParsedOutput",
     "attribute_names",
     "hook_path",
-    "merge_into_slots",
     "merge_order",
     "parse_args",
     "parse_env",
@@ -65,5 +62,4 @@ __all__ = [
     "parse_period",
     "record",
     "retain",
-    "selects",
 ]

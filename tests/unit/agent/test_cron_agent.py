@@ -6,23 +6,18 @@ from __future__ import annotations
 
 import json
 import shutil
-import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 from agent_fakes import EXAMPLES, FakeAPI, FakeClock, MachineBox, example_machine
+from cron_fakes import FakeClock as FakeCronClock
+from cron_fakes import FakeSpawner, hooks_with, prints, run_until
 
 from kondor_agent.cron import CronRunner
 from kondor_agent.loop import Agent, AgentConfig
 from kondor_agent.main import main
-
-
-def _hook(hooks: Path, name: str, body: str) -> None:
-    path = hooks / name
-    path.write_text("#!/bin/sh\n" + body)
-    path.chmod(0o755)
 
 
 def _policy(tmp_path: Path, spec: dict[str, Any]) -> Path:
@@ -50,7 +45,7 @@ def test_oneshot_cli_shows_cron_attributes_in_the_slot_ads(
         "--hooks-dir",
         str(hooks),
         "--cron-timeout",
-        "1.5",
+        "0.5",
         "--oneshot",
         "--no-publish",
     ]
@@ -82,13 +77,8 @@ def test_oneshot_cli_with_a_job_outside_the_hooks_dir(
 def test_the_loop_publishes_cron_ads_and_the_policy_reads_them(tmp_path: Path) -> None:
     hooks = tmp_path / "hooks"
     hooks.mkdir()
-    flag = tmp_path / "healthy"
-    _hook(
-        hooks,
-        "health",
-        f'if [ -e {flag} ]; then echo "Healthy = True"; else echo "Healthy = False"; fi\n',
-    )
-    _hook(hooks, "urgent", "echo 'Urgent = 1'\necho '- update:true'\n")
+    hooks_with(hooks, ["health", "urgent"])
+    healthy = [False]
     spec = {
         "start": "Healthy =?= True",
         "isOwner": "Healthy =!= True",
@@ -106,7 +96,16 @@ def test_the_loop_publishes_cron_ads_and_the_policy_reads_them(tmp_path: Path) -
     )
     api.add_execution_point(machines.machine.name, "cron")
     api.clock = clock
-    cron = CronRunner(hooks, grace=0.2)
+    # The cron runner on its own fake (monotonic) time, its jobs fake processes.
+    cron_clock = FakeCronClock(0.0)
+    spawner = FakeSpawner(
+        cron_clock,
+        {
+            "health": lambda _launch: prints(f"Healthy = {healthy[0]}"),
+            "urgent": prints("Urgent = 1", "- update:true"),
+        },
+    )
+    cron = CronRunner(hooks, clock=cron_clock, spawner=spawner, background=False)
     agent = Agent(
         AgentConfig(node_name=machines.machine.name, polling_interval=5.0, update_interval=300),
         api,
@@ -116,7 +115,8 @@ def test_the_loop_publishes_cron_ads_and_the_policy_reads_them(tmp_path: Path) -
     )
     try:
         agent.step()
-        _wait(lambda: "health" in cron.ads())
+        run_until(cron, spawner, 0.0)
+        assert "health" in cron.ads()
         clock.now += 5
         agent.step()
         clock.now += 1
@@ -127,12 +127,13 @@ def test_the_loop_publishes_cron_ads_and_the_policy_reads_them(tmp_path: Path) -
         assert "Healthy" not in slot["ad"]
         assert slot["state"] == "Owner"
         assert agent.startd is not None
-        assert agent.startd.ads()[0].attributes["Healthy"] is False
+        assert agent.startd.layout_ads[0].attributes["Healthy"] is False
         writes = len(api.patches)
         # The node turns healthy: the policy sees it at the next tick and the slot leaves
         # Owner, a state change written at once (with the cron attributes).
-        flag.touch()
-        _wait(lambda: cron.ads()["health"].attributes["Healthy"] == "True", timeout=5)
+        healthy[0] = True
+        run_until(cron, spawner, 1.0)
+        assert cron.ads()["health"].attributes["Healthy"] == "True"
         clock.now += 5
         agent.step()
         clock.now += 1
@@ -156,7 +157,8 @@ def test_the_loop_publishes_cron_ads_and_the_policy_reads_them(tmp_path: Path) -
         )
         clock.now += 5
         agent.step()  # re-carved; the new job starts
-        _wait(lambda: "urgent" in cron.ads())
+        run_until(cron, spawner, 1.5)
+        assert "urgent" in cron.ads()
         clock.now += 5
         agent.step()
         clock.now += 1
@@ -165,10 +167,3 @@ def test_the_loop_publishes_cron_ads_and_the_policy_reads_them(tmp_path: Path) -
         assert slot["ad"]["Urgent"] == 1
     finally:
         cron.stop()
-
-
-def _wait(condition: Any, timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.02)

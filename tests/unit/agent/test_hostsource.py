@@ -6,36 +6,29 @@ from __future__ import annotations
 from collections.abc import Mapping
 from datetime import datetime
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
+from kondor_agent.detect import HostFS
 from kondor_agent.hostsource import HostMachine
 from kondor_core.api import Machine
 
 
 class _Detect:
-    """Stands in for kondor_agent.detect: records what detection was given."""
+    """Stands in for kondor_agent.detect's `detect_machine` and `Sampler`: records what they
+    were given."""
 
     def __init__(self) -> None:
         self.calls: list[dict[str, Any]] = []
         self.polls: list[datetime] = []
-        outer = self
 
-        class Sampler:
-            def __init__(self, host: Any) -> None:
-                self.host = host
-
-            def poll(self, now: datetime) -> dict[str, Any]:
-                outer.polls.append(now)
-                return {"LoadAvg": 0.5}
-
-        self.Sampler = Sampler
-        self.HostFS = lambda root: SimpleNamespace(root=root)
-
-    def detect_machine(self, host: Any, **kwargs: Any) -> Machine:
-        self.calls.append(kwargs)
+    def detect_machine(self, host: HostFS, **kwargs: Any) -> Machine:
+        self.calls.append({"host": host, **kwargs})
         cpus = int(kwargs["allocatable"].get("cpu", "1"))
         return Machine(name=kwargs["node_name"], cpus=cpus, memory="1Gi")
+
+    def poll(self, now: datetime) -> dict[str, Any]:
+        self.polls.append(now)
+        return {"LoadAvg": 0.5}
 
 
 def test_redetects_only_when_the_node_changes() -> None:
@@ -52,7 +45,8 @@ def test_redetects_only_when_the_node_changes() -> None:
         read_node=lambda: node,
         clock=lambda: now[0],
         recheck=60,
-        module=detect,
+        detect=detect.detect_machine,
+        sampler=detect,
     )
     assert host.read().cpus == 2
     now[0] += 30
@@ -65,6 +59,7 @@ def test_redetects_only_when_the_node_changes() -> None:
     assert len(detect.calls) == 2
     assert detect.calls[0]["labels"] == {"a": "1"}
     assert detect.calls[0]["execute_dir"] == Path("/x")
+    assert detect.calls[0]["host"].root == Path("/host")
 
 
 def test_live_facts_are_sampled_at_the_given_time() -> None:
@@ -75,7 +70,8 @@ def test_live_facts_are_sampled_at_the_given_time() -> None:
         execute_dir=Path("/x"),
         read_node=lambda: None,
         clock=lambda: 0.0,
-        module=detect,
+        detect=detect.detect_machine,
+        sampler=detect,
     )
     facts: Mapping[str, Any] = host.live(1_800_000_000.0)
     assert facts == {"LoadAvg": 0.5}

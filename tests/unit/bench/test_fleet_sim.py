@@ -1,4 +1,4 @@
-"""Many agents in one event loop (kondor_agent.fleet): every one publishes, a wake-up is acted
+"""Many agents in one event loop (`bench/fleet_sim.py`): every one publishes, a wake-up is acted
 on at once rather than at the next polling tick, and stopping returns promptly."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from collections.abc import Callable
 import pytest
 from agent_fakes import EXAMPLES, FakeAPI, MachineBox, example_machine, load_yaml
 
-from kondor_agent.fleet import Fleet
+from fleet_sim import Fleet
 from kondor_agent.loop import Agent, AgentConfig
 
 pytestmark = pytest.mark.timeout(5)

@@ -1,4 +1,4 @@
-"""Many agents in one process, for simulations and benchmarks: each agent's loop is an asyncio
+"""Many agents in one process, for benchmarks (`bench_fleet.py`): each agent's loop is an asyncio
 task and its steps run on a small shared thread pool, so that a thousand simulated nodes need
 neither a thousand threads (`Agent.run` blocks one) nor a thousand processes.
 
@@ -6,6 +6,9 @@ A real node runs one agent (`kondor-agent`, one per node from the DaemonSet); th
 many `Agent`s, unchanged, into one event loop. The agents' API objects are the caller's: give
 them one shared client (one connection pool) and, for reads of their ExecutionPoints, one
 shared watch that calls `Fleet.wake` when an ExecutionPoint's spec changes.
+
+Benchmark support, not part of the agent: it lives beside the benchmarks, which import it as
+`fleet_sim` (a script's own directory is on its path; the tests add `bench/` to theirs).
 """
 
 from __future__ import annotations
