@@ -50,6 +50,8 @@ class Outcome:
     user_cpu: float | None = None
     sys_cpu: float | None = None
     peak_memory_mib: int | None = None
+    #: Its supervisor vanished without a result (a reboot): the job is evicted, not ended.
+    lost: bool = False
 
 
 class Launcher(Protocol):
@@ -74,6 +76,9 @@ class Launcher(Protocol):
 
     def resume(self, handle: Any) -> None: ...
 
+    def remove(self, handle: Any) -> None:
+        """Delete what the job left on the node (its directory, its pod)."""
+
 
 @dataclass
 class _Running:
@@ -96,6 +101,8 @@ class JobRunner:
     #: Claim ids already answered (refused or started): not offered to the startd again.
     answered: set[str] = field(default_factory=set)
     running: dict[str, _Running] = field(default_factory=dict)
+    #: Ended jobs whose output stays on the node until the job is deleted (or matched away).
+    finished: dict[str, list[_Running]] = field(default_factory=dict)
     _jobs: dict[str, ExecutionJob] = field(default_factory=dict)
     _ended: dict[str, Ended] = field(default_factory=dict)
 
@@ -114,8 +121,13 @@ class JobRunner:
             if outcome is None:
                 continue
             del self.running[name]
+            self.finished.setdefault(name, []).append(run)
+            run.killed = run.killed or outcome.lost
             self._ended[name] = Ended(outcome.exit_code or 0, killed=run.killed)
             self._report_end(run, outcome)
+        for name in [n for n in self.finished if n not in self._jobs]:
+            for run in self.finished.pop(name):
+                self.launcher.remove(run.handle)
         said = schedd_events(node, self._jobs.values(), self.answered, self._ended)
         for name, claim_id, why in said.refused:
             self.answered.add(claim_id)
@@ -284,6 +296,9 @@ class RuntimeLaunchers:
     def resume(self, handle: _Tagged) -> None:
         handle.launcher.resume(handle.inner)
 
+    def remove(self, handle: _Tagged) -> None:
+        handle.launcher.remove(handle.inner)
+
 
 @dataclass(frozen=True)
 class _Unavailable:
@@ -313,4 +328,7 @@ class _Unavailable:
         pass
 
     def resume(self, handle: Any) -> None:
+        pass
+
+    def remove(self, handle: Any) -> None:
         pass

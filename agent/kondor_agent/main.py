@@ -30,20 +30,23 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from kondor_agent import startd as startd_mod
 from kondor_agent.benchmarks import BenchmarkRunner, measure
 from kondor_agent.cron import CronRunner
 from kondor_agent.detect import register as register_detect
+from kondor_agent.execute.cgroups import CgroupError, JobCgroups
+from kondor_agent.execute.launcher import ProcessLauncher
 from kondor_agent.hostsource import HostMachine
+from kondor_agent.jobs import JobRunner, RuntimeLaunchers
 from kondor_agent.loop import Agent, AgentConfig, LiveFacts, no_live_facts
 from kondor_agent.machinefile import MachineFile, load
 from kondor_agent.metrics import AgentMetrics
+from kondor_agent.processes import ProcessJobs
+from kondor_core import startd
 from kondor_core.api import InvalidObjectError, Machine, ResolvedPolicy, SlotPolicy
-from kondor_core.config import PolicyError
+from kondor_core.config import PolicyError, compile_policy
 from kondor_core.cron import DEFAULT_HOOKS_DIR
-from kondor_core.policy import ActionKind, BenchmarksDone
+from kondor_core.policy import ActionKind, BenchmarksDone, EngineError
 from kondor_core.policy import Activity as EngineActivity
-from kondor_core.policy import PolicyError as EngineError
 from kondor_core.slots import LayoutError
 
 log = logging.getLogger("kondor_agent")
@@ -96,6 +99,11 @@ def build_parser() -> argparse.ArgumentParser:
         type=Path,
         default=Path("/var/lib/kondor/execute"),
         help="the directory jobs run in; its size is the slots' disk",
+    )
+    parser.add_argument(
+        "--cgroup-root",
+        default="/kondor",
+        help="the cgroup under which job cgroups are made, in every hierarchy (default /kondor)",
     )
     parser.add_argument(
         "--hooks-dir",
@@ -180,25 +188,25 @@ def _offline(args: argparse.Namespace) -> int:
         assert isinstance(policy, SlotPolicy)
         now = time.time()
         ref = ResolvedPolicy(name=policy.metadata.name, generation=policy.metadata.generation or 0)
-        node = startd_mod.start(machine, policy.spec, ref, now)
+        node = startd.start(machine, compile_policy(policy.spec), now, applied=ref)
         for warning in node.warnings:
             print(f"warning: {args.policy}: {warning}", file=sys.stderr)
         if node.cron_jobs:
             runner = CronRunner(args.hooks_dir)
             runner.run_once(node.cron_jobs, node.cron_settings, timeout=args.cron_timeout)
-            node = startd_mod.with_cron_ads(node, runner.ads())
+            node = startd.with_cron_ads(node, runner.ads())
         facts = live(now)
-        result = startd_mod.tick(node, facts, now)
+        result = startd.tick(node, facts, now)
         node = result.startd
         if any(a.kind is ActionKind.RUN_BENCHMARKS for a in result.actions):
-            node = startd_mod.with_benchmarks(node, measure().attributes(now))
+            node = startd.with_benchmarks(node, measure().attributes(now))
             done = {
                 slot.name: [BenchmarksDone()]
                 for slot in node.state.slots
                 if slot.activity is EngineActivity.BENCHMARKING
             }
-            node = startd_mod.tick(node, facts, now, slot_events=done).startd
-        ads = startd_mod.slot_ads(node, facts, now)
+            node = startd.tick(node, facts, now, slot_events=done).startd
+        ads = [ad.to_json() for ad in startd.published_ads(node, facts, now)]
     except (
         InvalidObjectError,
         PolicyError,
@@ -227,7 +235,12 @@ class _StatusFile:
 
 def _publish(args: argparse.Namespace) -> int:
     # Offline runs need no client.
-    from kondor_agent.kube import KubernetesAPI, WatchedExecutionPoint  # noqa: PLC0415
+    from kondor_agent.kube import (  # noqa: PLC0415
+        KubernetesAPI,
+        WatchedExecutionPoint,
+        WatchedJobs,
+    )
+    from kondor_agent.pods import PodLauncher  # noqa: PLC0415
 
     api = KubernetesAPI.connect(args.kubeconfig, args.context)
     if args.machine is not None:
@@ -246,12 +259,28 @@ def _publish(args: argparse.Namespace) -> int:
     watched = WatchedExecutionPoint(api, args.node_name)
     cron = CronRunner(args.hooks_dir)
     benchmarks = BenchmarkRunner()
+    jobs = WatchedJobs(api, args.node_name)
+    pods = PodLauncher(api, args.node_name)
+    runner = JobRunner(
+        jobs,
+        RuntimeLaunchers(process=ProcessJobs(_process_launcher(args)), pod=pods),
+        time.time,
+    )
     agent = Agent(
-        config, watched, machines, live=live, metrics=metrics, cron=cron, benchmarks=benchmarks
+        config,
+        watched,
+        machines,
+        live=live,
+        metrics=metrics,
+        cron=cron,
+        benchmarks=benchmarks,
+        jobs=runner,
     )
     cron.on_update = benchmarks.on_done = agent.wake
-    watched.on_change = agent.wake
+    watched.on_change = jobs.on_change = agent.wake
     watched.start()
+    jobs.start()
+    pods.start()
     if args.state_dir is not None:
         agent.on_written = _StatusFile(args.state_dir).save
     stop = threading.Event()
@@ -270,8 +299,22 @@ def _publish(args: argparse.Namespace) -> int:
     agent.run(stop)
     cron.stop()
     watched.stop()
+    jobs.stop()
+    pods.stop()
     log.info("stopped")
     return 0
+
+
+def _process_launcher(args: argparse.Namespace) -> ProcessLauncher:
+    """Jobs run under the execute dir, in cgroups under the host's `/kondor` where this agent
+    may create them, else without (said in the log: no limits, no freezing)."""
+    try:
+        cgroups = JobCgroups.open(args.host_root, root=args.cgroup_root)
+    except (CgroupError, OSError) as err:
+        log.warning("jobs run without cgroups: %s", err)
+        cgroups = JobCgroups.disabled()
+    log.info("job cgroups: %s", cgroups.describe())
+    return ProcessLauncher(args.execute_dir, cgroups)
 
 
 if __name__ == "__main__":

@@ -36,12 +36,10 @@ class PodHandle:
 class PodLauncher:
     """Creates, follows and deletes the job pods of one node."""
 
-    def __init__(self, api: KubernetesAPI, node: str, machine_ad_text: Any) -> None:
+    def __init__(self, api: KubernetesAPI, node: str) -> None:
         self.core = client.CoreV1Api(api.api_client)
         self.api = api
         self.node = node
-        #: Called for the machine ad's text when a pod is created.
-        self.machine_ad_text = machine_ad_text
         self._pods: dict[tuple[str, str], Mapping[str, Any]] = {}
         self._lock = threading.Lock()
         self._stop = threading.Event()
@@ -56,7 +54,8 @@ class PodLauncher:
     def launch(self, job: ExecutionJob, job_id: str, slot: SlotAd, job_ad_text: str) -> PodHandle:
         claim_id = job.status.claim_id if job.status and job.status.claim_id else job_id
         namespace = job.metadata.namespace or "default"
-        config_map = ads_config_map(job, claim_id, self.node, job_ad_text, self.machine_ad_text())
+        machine_ad = slot.to_classad().printOld()  # the slot's ad is the job's machine ad
+        config_map = ads_config_map(job, claim_id, self.node, job_ad_text, machine_ad)
         pod = job_pod(job, claim_id, self.node, slot.attributes)
         creates: tuple[tuple[Any, dict[str, Any]], ...] = (
             (self.core.create_namespaced_config_map, config_map),
@@ -108,6 +107,10 @@ class PodLauncher:
 
     def resume(self, handle: PodHandle) -> None:
         log.warning("resuming pod %s/%s is not carried out yet", handle.namespace, handle.name)
+
+    def remove(self, handle: PodHandle) -> None:
+        """The pod goes with its ExecutionJob (owner reference); a finished one now."""
+        self._delete(handle, 0)
 
     def _delete(self, handle: PodHandle, grace: int | None) -> None:
         try:

@@ -72,4 +72,10 @@ def agent_args(layout: Layout, node: str, machine: Path, python: str = sys.execu
         str(kondor_kubeconfig(layout)),
         "--state-dir",
         str(agent_state_dir(layout, node)),
+        # Jobs run as real processes on this machine: each node has its own execute dir, and
+        # job cgroups go inside the agent's own cgroup (no write outside what it was given).
+        "--execute-dir",
+        str(agent_state_dir(layout, node) / "execute"),
+        "--cgroup-root",
+        f"kondor-{node}",
     ]

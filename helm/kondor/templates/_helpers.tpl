@@ -67,11 +67,6 @@ app.kubernetes.io/component: {{ .component }}
 {{- end }}
 {{- end }}
 
-{{/* The namespace of the pods the agent launches for jobs. */}}
-{{- define "kondor.jobNamespace" -}}
-{{- default .Release.Namespace .Values.agent.jobPods.namespace }}
-{{- end }}
-
 {{/* The Secret holding the webhook server's certificate. */}}
 {{- define "kondor.webhookSecret" -}}
 {{- default (printf "%s-tls" (include "kondor.webhookName" .)) .Values.webhook.tls.secretName }}

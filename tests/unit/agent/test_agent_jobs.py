@@ -9,8 +9,8 @@ from collections.abc import Mapping
 from typing import Any
 
 import pytest
-
 from agent_fakes import EXAMPLES, FakeAPI, FakeClock, MachineBox, example_machine, load_yaml
+
 from kondor_agent.jobs import JobRunner, Outcome
 from kondor_agent.loop import Agent, AgentConfig
 from kondor_core.api import ExecutionJob
@@ -46,6 +46,7 @@ class FakeLauncher:
         self.launched: list[tuple[str, str, SlotAd]] = []
         self.outcomes: dict[str, Outcome] = {}
         self.signals: list[tuple[str, str]] = []
+        self.removed: list[str] = []
 
     def launch(self, job: ExecutionJob, job_id: str, slot: SlotAd, job_ad_text: str) -> str:
         assert "JobUniverse = 5" in job_ad_text
@@ -74,6 +75,9 @@ class FakeLauncher:
 
     def resume(self, handle: str) -> None:
         self.signals.append((handle, "thaw"))
+
+    def remove(self, handle: str) -> None:
+        self.removed.append(handle)
 
 
 def matched(name: str, claim: str, slot: str = f"slot1@{NODE}", **spec: Any) -> dict[str, Any]:
@@ -153,6 +157,10 @@ def test_a_match_is_claimed_run_and_reported_until_it_exits(node: Any) -> None:
     agent.step()
     slots = _slots(api)
     assert "slot1_1" not in slots and slots["slot1"] == ("Unclaimed", "Idle", 8)
+    assert launcher.removed == []  # the output stays until the job is deleted
+    del api.job_objects["default/hello"]
+    _tick(agent, clock)
+    assert launcher.removed == ["default/hello"]
 
 
 def test_the_startd_has_the_last_word(node: Any) -> None:

@@ -59,8 +59,6 @@ def test_renders_every_part(objects: list[dict[str, Any]]) -> None:
         ("ClusterRoleBinding", AGENT),
         ("Role", OPERATOR),
         ("RoleBinding", OPERATOR),
-        ("Role", f"{AGENT}-jobs"),
-        ("RoleBinding", f"{AGENT}-jobs"),
         ("ValidatingWebhookConfiguration", "t-kondor.kondor.io"),
         ("MutatingWebhookConfiguration", "t-kondor.kondor.io"),
         ("Service", "t-kondor-webhook"),
@@ -426,10 +424,15 @@ def test_operator_permissions(
         (("*", "kondor.io", "executionpoints", "delete"), False),
         (("*", "kondor.io", "slotpolicies", "get"), True),
         (("*", "kondor.io", "slotpolicies", "list"), False),
-        ((NAMESPACE, "", "pods", "create"), True),
-        ((NAMESPACE, "", "pods", "delete"), True),
-        (("*", "", "pods", "create"), False),  # only in the jobs' namespace
-        (("default", "", "pods", "create"), False),
+        # A pod job's Pod is owned by its ExecutionJob, so it lives in the job's namespace.
+        (("*", "", "pods", "create"), True),
+        (("*", "", "pods", "delete"), True),
+        (("*", "", "pods", "patch"), False),
+        (("*", "", "configmaps", "create"), True),
+        (("*", "", "configmaps", "get"), False),
+        (("*", "kondor.io", "executionjobs", "watch"), True),
+        (("*", "kondor.io", "executionjobs/status", "patch"), True),
+        (("*", "kondor.io", "executionjobs", "patch"), False),  # spec and labels are not its
         (("*", "", "secrets", "get"), False),
         ((NAMESPACE, "", "secrets", "get"), False),
     ],
@@ -438,13 +441,6 @@ def test_agent_permissions(
     objects: list[dict[str, Any]], permission: tuple[str, str, str, str], granted: bool
 ) -> None:
     assert (permission in _allowed(objects, AGENT)) is granted
-
-
-def test_job_pods_namespace_moves_the_agents_pod_rights(helm: Path) -> None:
-    objects = render(helm, "--set", "agent.jobPods.namespace=batch", crds=False)
-    allowed = _allowed(objects, AGENT)
-    assert ("batch", "", "pods", "create") in allowed
-    assert (NAMESPACE, "", "pods", "create") not in allowed
 
 
 def _aggregated(objects: list[dict[str, Any]], role: str) -> set[tuple[str, str]]:

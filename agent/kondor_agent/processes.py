@@ -1,0 +1,100 @@
+"""The `process` and `apptainer` runtimes for the JobRunner: `kondor_agent.execute` underneath.
+
+Each claim of a job gets its own directory under the execute dir (`<namespace>.<name>.<n>`,
+n the claim's number), so a job matched again after a vacate starts afresh while the last
+run's output stays for `kubectl kondor tail` until the ExecutionJob is deleted. The slot's
+Cpus and Memory become the job cgroup's CPU weight and memory limit.
+"""
+
+from __future__ import annotations
+
+import signal
+from typing import Any
+
+from kondor_agent.execute.launcher import JobHandle, ProcessLauncher
+from kondor_agent.execute.limits import slot_limits
+from kondor_agent.jobs import Outcome
+from kondor_core.api import ExecutionJob
+from kondor_core.slots import SlotAd
+
+
+class ProcessJobs:
+    """The JobRunner's Launcher for process and Apptainer jobs."""
+
+    def __init__(self, launcher: ProcessLauncher) -> None:
+        self.launcher = launcher
+
+    def launch(self, job: ExecutionJob, job_id: str, slot: SlotAd, job_ad_text: str) -> JobHandle:
+        runtime = job.spec.process or job.spec.apptainer
+        assert runtime is not None  # RuntimeLaunchers sends only these runtimes here
+        claim = (job.status.claim_id if job.status else None) or ""
+        number = claim.rpartition("#")[2] or "0"
+        namespace, _, name = job_id.partition("/")
+        attributes = slot.attributes
+        memory = int(_number(attributes.get("Memory")))
+        return self.launcher.launch(
+            f"{namespace}.{name}.{number}",
+            runtime,
+            job_ad_text,
+            slot.to_classad().printOld(),  # the slot's ad is the job's machine ad
+            slot=slot.name,
+            limits=slot_limits(_number(attributes.get("Cpus")), memory) if memory > 0 else None,
+        )
+
+    def poll(self, handle: JobHandle) -> Outcome | None:
+        result = self.launcher.poll(handle)
+        if result is None:
+            return None
+        cgroups = self.launcher.cgroups
+        if cgroups.enabled and cgroups.exists(handle.cgroup) and not cgroups.pids(handle.cgroup):
+            cgroups.remove(handle.cgroup)  # the output stays; the cgroup is done
+        lost = result.state == "lost"
+        return Outcome(
+            exit_code=result.exit_code,
+            exit_signal=result.exit_signal,
+            hold_reason=result.hold_reason if result.state == "failed" else None,
+            hold_reason_code=result.hold_reason_code if result.state == "failed" else None,
+            start_time=result.start_time,
+            end_time=result.end_time,
+            user_cpu=result.user_cpu_seconds,
+            sys_cpu=result.sys_cpu_seconds,
+            peak_memory_mib=result.peak_memory_mib,
+            lost=lost,
+        )
+
+    def ended(self, handle: JobHandle) -> bool:
+        return self.launcher.poll(handle) is not None
+
+    def directory(self, handle: JobHandle) -> str:
+        return str(handle.directory)
+
+    def soft_kill(self, handle: JobHandle, signal_name: str) -> None:
+        self.launcher.soft_kill(handle, _signal(signal_name))
+
+    def hard_kill(self, handle: JobHandle) -> None:
+        self.launcher.hard_kill(handle)
+
+    def suspend(self, handle: JobHandle) -> None:
+        self.launcher.suspend(handle)
+
+    def resume(self, handle: JobHandle) -> None:
+        self.launcher.resume(handle)
+
+    def remove(self, handle: JobHandle) -> None:
+        self.launcher.remove(handle)
+
+
+def _signal(name: str) -> int:
+    """KillSig (a name such as SIGTERM, or a number) as a signal number; SIGTERM if unknown."""
+    if name.isdigit():
+        return int(name)
+    try:
+        return int(signal.Signals[name if name.startswith("SIG") else f"SIG{name}"])
+    except KeyError:
+        return int(signal.SIGTERM)
+
+
+def _number(value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return 0.0
+    return float(value)

@@ -1,0 +1,246 @@
+"""Jobs end to end on the dev cluster (issue 10): alice submits an ExecutionJob with real
+kubectl, the operator's negotiator matches it, the node's agent claims the slot and runs it as
+a real process, and the job ends Completed with its exit code; hold, release and rm act as
+condor's. The cluster has the operator (webhooks, negotiator) and one agent per kwok node."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from kondor_devcluster.cluster import ClusterSpec, DevCluster, free_port
+
+from .conftest import MACHINES, skip_reason
+
+NODE = "kwok-small-0"
+CPUS = 4  # examples/machines/kwok-small.yaml
+
+
+class Cluster:
+    def __init__(self, kubeconfig: Path) -> None:
+        self.kubeconfig = kubeconfig
+
+    def kubectl(self, *args: str, user: str = "admin", stdin: str | None = None) -> str:
+        done = subprocess.run(
+            ["kubectl", "--kubeconfig", str(self.kubeconfig), "--context", user, *args],
+            input=stdin,
+            capture_output=True,
+            check=False,
+            text=True,
+            timeout=60,
+        )
+        if done.returncode != 0:
+            raise AssertionError(f"kubectl {' '.join(args)} as {user}: {done.stderr}")
+        return done.stdout
+
+    def apply(self, manifest: dict[str, Any], user: str = "admin") -> None:
+        self.kubectl("apply", "-f", "-", user=user, stdin=yaml.safe_dump(manifest))
+
+    def get(self, kind: str, name: str, namespace: str | None = "default") -> dict[str, Any]:
+        where = ["-n", namespace] if namespace else []
+        found: dict[str, Any] = json.loads(self.kubectl("get", kind, name, *where, "-o", "json"))
+        return found
+
+    def job(self, name: str) -> dict[str, Any]:
+        return self.get("executionjobs", name)
+
+    def slots(self) -> list[dict[str, Any]]:
+        found: list[dict[str, Any]] = self.get("executionpoints", NODE, None)["status"]["slots"]
+        return found
+
+
+def eventually(check: Callable[[], Any], timeout: float, what: str) -> Any:
+    deadline = time.monotonic() + timeout
+    last: Any = None
+    while time.monotonic() < deadline:
+        try:
+            last = check()
+        except (AssertionError, KeyError) as err:
+            last = err
+        else:
+            if last:
+                return last
+        time.sleep(0.2)
+    raise AssertionError(f"{what} within {timeout}s; last: {last!r}")
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    reason = skip_reason()
+    if reason:
+        pytest.skip(reason)
+    tmp = tmp_path_factory.mktemp("jobs")
+    spec = ClusterSpec(
+        port=free_port(),
+        kubeconfig=tmp / "kubeconfig",
+        state_dir=tmp / "state",
+        nodes=(MACHINES / "kwok-small.yaml",),
+        operator=True,
+        agents=True,
+    )
+    dev = DevCluster(spec, log=sys.stderr)
+    dev.start()
+    try:
+        made = Cluster(spec.kubeconfig)
+        made.apply(
+            {
+                "apiVersion": "kondor.io/v1alpha1",
+                "kind": "SlotPolicy",
+                "metadata": {"name": "everything"},
+                "spec": {"nodeSelector": {"matchLabels": {"kondor.io/pool": "cpu"}}},
+            }
+        )
+        made.apply(
+            {
+                "apiVersion": "kondor.io/v1alpha1",
+                "kind": "Pool",
+                "metadata": {"name": "default"},
+                "spec": {"negotiatorInterval": 2},
+            }
+        )
+        eventually(
+            lambda: [s for s in made.slots() if s["state"] == "Unclaimed"],
+            60,
+            "the node's partitionable slot is Unclaimed",
+        )
+        yield made
+    finally:
+        dev.stop()
+
+
+def process_job(name: str, script: str, **spec: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": "kondor.io/v1alpha1",
+        "kind": "ExecutionJob",
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {
+            "requestCpus": 1,
+            "requestMemory": "64Mi",
+            "process": {
+                "executable": "/bin/sh",
+                "arguments": ["-c", script],
+                "output": "out.txt",
+                "error": "err.txt",
+            },
+            **spec,
+        },
+    }
+
+
+def test_a_process_job_runs_for_real_and_ends_completed_with_its_exit_code(
+    cluster: Cluster,
+) -> None:
+    script = 'echo hello from $_CONDOR_SLOT; echo made > "$_CONDOR_SCRATCH_DIR/made.txt"; exit 3'
+    started = time.monotonic()
+    cluster.apply(process_job("hello", script, owner="bob"), user="alice")
+    running = eventually(
+        lambda: (
+            cluster.job("hello")["status"].get("execution", {}).get("state")
+            in ("Running", "Exited")
+        ),
+        15,
+        "the job Running",
+    )
+    assert running
+    submit_to_running = time.monotonic() - started
+    done = eventually(
+        lambda: (job := cluster.job("hello"))["status"]["jobStatus"] == "Completed" and job,
+        30,
+        "the job Completed",
+    )
+    status = done["status"]
+    assert done["spec"]["owner"] == "alice"  # whatever she wrote
+    assert status["exitCode"] == 3
+    assert status["numJobStarts"] == 1
+    execution = status["execution"]
+    assert execution["state"] == "Exited" and execution["exitCode"] == 3
+    slot = execution["slot"]
+    assert slot.startswith("slot1_") and slot.endswith(f"@{NODE}")
+    scratch = Path(execution["directory"]) / "scratch"
+    assert (scratch / "out.txt").read_text() == f"hello from {slot}\n"
+    assert (scratch / "made.txt").read_text() == "made\n"
+    assert "JobUniverse = 5" in (scratch / ".job.ad").read_text()
+    # The dynamic slot went back: the partitionable slot has all its cores again.
+    eventually(
+        lambda: (
+            [(s["name"], s["state"], s["cpus"]) for s in cluster.slots()]
+            == [(f"slot1@{NODE}", "Unclaimed", CPUS)]
+        ),
+        15,
+        "the partitionable slot whole and Unclaimed again",
+    )
+    print(f"submit -> running: {submit_to_running:.2f}s")
+
+
+def test_a_missing_executable_holds_the_job_naming_it(cluster: Cluster) -> None:
+    job = process_job("missing", "exit 0")
+    job["spec"]["process"]["executable"] = "/no/such/program"
+    cluster.apply(job, user="alice")
+    held = eventually(
+        lambda: (j := cluster.job("missing"))["status"]["jobStatus"] == "Held" and j,
+        30,
+        "the job Held",
+    )
+    assert "/no/such/program" in held["status"]["holdReason"]
+    assert held["status"]["holdReasonCode"] == 6
+
+
+def test_rm_of_a_running_job_kills_its_process_and_frees_the_slot(cluster: Cluster) -> None:
+    cluster.apply(process_job("sleeper", "echo $$ > pid; exec sleep 300"), user="alice")
+    execution = eventually(
+        lambda: (
+            (e := cluster.job("sleeper")["status"].get("execution", {})).get("state") == "Running"
+            and e
+        ),
+        20,
+        "the sleeper Running",
+    )
+    pid_file = Path(execution["directory"]) / "scratch" / "pid"
+    pid = int(eventually(lambda: pid_file.exists() and pid_file.read_text(), 10, "its pid"))
+    cluster.kubectl(
+        "patch",
+        "executionjob",
+        "sleeper",
+        "-n",
+        "default",
+        "--type",
+        "merge",
+        "-p",
+        '{"spec": {"remove": true}}',
+        user="alice",
+    )
+    eventually(lambda: cluster.job("sleeper")["status"]["jobStatus"] == "Removed", 20, "Removed")
+    eventually(lambda: not Path(f"/proc/{pid}").exists(), 20, "the process gone")
+    eventually(
+        lambda: [(s["state"], s["cpus"]) for s in cluster.slots()] == [("Unclaimed", CPUS)],
+        20,
+        "the slot free again",
+    )
+
+
+def test_hold_and_release_act_as_condor_s(cluster: Cluster) -> None:
+    cluster.apply(process_job("held", "exit 0", hold=True), user="alice")
+    eventually(lambda: cluster.job("held")["status"]["jobStatus"] == "Held", 15, "Held")
+    time.sleep(3)  # a held job is not matched
+    assert cluster.job("held")["status"].get("execution") is None
+    cluster.kubectl(
+        "patch",
+        "executionjob",
+        "held",
+        "-n",
+        "default",
+        "--type",
+        "merge",
+        "-p",
+        '{"spec": {"hold": false}}',
+        user="alice",
+    )
+    eventually(lambda: cluster.job("held")["status"]["jobStatus"] == "Completed", 30, "Completed")
