@@ -66,6 +66,8 @@ class AgentConfig:
     debounce: float = 0.5
 
 
+#: Actions `kondor_core.startd.tick` has already carried out in its carve model.
+_DONE_BY_THE_STARTD = (ActionKind.CARVE_DYNAMIC_SLOT, ActionKind.RELEASE_DYNAMIC_SLOT)
 #: How often a running job's end is looked for between polling ticks (seconds).
 JOB_WATCH_INTERVAL = 0.2
 
@@ -278,7 +280,7 @@ class Agent:
         for action in actions:
             if action.kind is ActionKind.RUN_BENCHMARKS and self.benchmarks is not None:
                 self.benchmarks.start()
-            else:
+            elif action.kind not in _DONE_BY_THE_STARTD:
                 left.append(action)
         return left
 

@@ -145,7 +145,13 @@ def build_parser() -> argparse.ArgumentParser:
     jobs.add_parsers(commands)
 
     for plugin in entry_points(group="kondor.commands"):
-        plugin.load()(commands)
+        try:
+            register = plugin.load()
+        except ImportError:
+            # The runtime image has no dev-cluster dependencies (the `devcluster` extra):
+            # its commands are simply not offered there.
+            continue
+        register(commands)
     return parser
 
 

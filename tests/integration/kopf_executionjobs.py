@@ -40,8 +40,11 @@ def validate(spec: kopf.Spec, namespace: str | None, userinfo: kopf.UserInfo, **
 
 @kopf.on.create(GROUP, VERSION, PLURAL, id="accept")
 def accept(patch: kopf.Patch, spec: kopf.Spec, **_: Any) -> None:
-    # status.execution is the free-form subtree of the real ExecutionJob schema.
-    patch.status["execution"] = {"phase": "Accepted", "requestCpus": spec.get("requestCpus", 1)}
+    # status.execution is the agent's subtree of the real ExecutionJob schema.
+    patch.status["execution"] = {
+        "claimId": f"accepted-{spec.get('requestCpus', 1)}",
+        "state": "Running",
+    }
 
 
 @kopf.on.delete(GROUP, VERSION, PLURAL, id="cleanup")

@@ -154,7 +154,7 @@ def test_controllers_make_the_pods(installed: Installed) -> None:
         (("agent", "delete", "executionpoints.kondor.io", None), False),
         (("agent", "get", "slotpolicies.kondor.io", None), True),
         (("agent", "create", "pods", "kondor-chart"), True),
-        (("agent", "create", "pods", "default"), False),
+        (("agent", "create", "pods", "default"), True),  # a pod job lives in its job's namespace
         (("agent", "get", "secrets", "kondor-chart"), False),
     ],
 )

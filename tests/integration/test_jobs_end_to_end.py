@@ -244,3 +244,37 @@ def test_hold_and_release_act_as_condor_s(cluster: Cluster) -> None:
         user="alice",
     )
     eventually(lambda: cluster.job("held")["status"]["jobStatus"] == "Completed", 30, "Completed")
+
+
+def test_a_pod_job_ends_completed_with_its_annotated_exit_code(cluster: Cluster) -> None:
+    template = {
+        "metadata": {
+            "annotations": {"kondor.io/sim-duration": "1s", "kondor.io/sim-exit-code": "4"}
+        },
+        "spec": {"containers": [{"name": "main", "image": "busybox"}]},
+    }
+    cluster.apply(
+        {
+            "apiVersion": "kondor.io/v1alpha1",
+            "kind": "ExecutionJob",
+            "metadata": {"name": "podjob", "namespace": "default"},
+            "spec": {"requestCpus": 1, "requestMemory": "200Mi", "pod": {"template": template}},
+        },
+        user="alice",
+    )
+    done = eventually(
+        lambda: (j := cluster.job("podjob"))["status"]["jobStatus"] == "Completed" and j,
+        40,
+        "the pod job Completed",
+    )
+    assert done["status"]["exitCode"] == 4
+    pods = json.loads(
+        cluster.kubectl("get", "pods", "-n", "default", "-l", "kondor.io/job=podjob", "-o", "json")
+    )["items"]
+    [pod] = pods
+    assert pod["spec"]["nodeName"] == NODE
+    assert pod["metadata"]["ownerReferences"][0]["name"] == "podjob"
+    # The dynamic slot took 1 core and 200 MiB rounded up to the 128 MiB quantum: 256 MiB.
+    expected = {"cpu": "1", "memory": "256Mi"}
+    resources = pod["spec"]["containers"][0]["resources"]
+    assert resources == {"requests": expected, "limits": expected}

@@ -121,13 +121,13 @@ def test_kopf_handles_jobs_with_finalizer_and_status(
             (j := api.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, "job-1"))
             .get("status", {})
             .get("execution", {})
-            .get("phase")
-            == "Accepted"
+            .get("state")
+            == "Running"
             and j
         ),
-        what="status.execution.phase Accepted",
+        what="status.execution.state Running",
     )
-    assert job["status"]["execution"]["requestCpus"] == 2
+    assert job["status"]["execution"]["claimId"] == "accepted-2"
     assert job["metadata"].get("finalizers"), "kopf adds a finalizer for its delete handler"
 
     api.delete_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, "job-1")

@@ -19,6 +19,22 @@ ClassAd = classad2.ClassAd
 ExprTree = classad2.ExprTree
 Value = classad2.Value
 
+
+def _one_lookup_rule() -> None:
+    """Put classad2 in the mode it takes anyway on the first read of a nested ad.
+
+    classad2 (25.x) evaluates `expr.eval(my, target)` with the New ClassAd rule (an
+    unprefixed attribute is looked up in MY only) until the process first reads a nested
+    ClassAd value, such as a GPU's property ad in a slot ad; from then on, for the rest of
+    the process, it uses HTCondor's matchmaking rule (MY, then TARGET). A process's answers
+    must not depend on what it happened to read before, so Kondor takes that step at import.
+    `match_scope` gives the matchmaking rule either way.
+    """
+    _ = ClassAd({"nested": ClassAd()})["nested"]
+
+
+_one_lookup_rule()
+
 #: What classad2 returns for a literal or an evaluation: a Python scalar, a list,
 #: a nested ClassAd, or one of the special values UNDEFINED and ERROR.
 Scalar = bool | int | float | str

@@ -22,6 +22,7 @@ from typing import Any
 import classad2
 
 from kondor_core.classads import match_scope
+from kondor_core.policy.evaluation import number, truth
 
 
 @dataclass(frozen=True)
@@ -52,13 +53,14 @@ class Choice:
 
 
 def requirements_met(job_ad: Any, slot_ad: Any) -> bool:
-    """The job's Requirements evaluated with MY = the job and TARGET = the slot is TRUE."""
+    """The job's Requirements evaluated with MY = the job and TARGET = the slot is TRUE, or a
+    non-zero number (HTCondor's EvalBool, as classad2's `matches` takes it)."""
     requirements = job_ad.get("Requirements")
     if requirements is None:
         return True
     if isinstance(requirements, classad2.ExprTree):
-        return requirements.eval(match_scope(job_ad, slot_ad), slot_ad) is True
-    return requirements is True
+        requirements = requirements.eval(match_scope(job_ad, slot_ad), slot_ad)
+    return truth(requirements) is True
 
 
 def job_rank(job_ad: Any, slot_ad: Any) -> float:
@@ -66,11 +68,8 @@ def job_rank(job_ad: Any, slot_ad: Any) -> float:
     rank = job_ad.get("Rank")
     if isinstance(rank, classad2.ExprTree):
         rank = rank.eval(match_scope(job_ad, slot_ad), slot_ad)
-    if isinstance(rank, bool):
-        return 1.0 if rank else 0.0
-    if isinstance(rank, int | float):
-        return float(rank)
-    return 0.0
+    # UNDEFINED and ERROR are ints to Python (classad2.Value is an IntEnum): `number` knows.
+    return number(rank) or 0.0
 
 
 def choose(job_ad: Any, candidates: Iterable[Candidate]) -> Choice:

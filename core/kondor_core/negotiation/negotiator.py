@@ -213,9 +213,8 @@ def _number(ad: Any, attribute: str, job: Any) -> float:
 
 
 def _plain(value: Any) -> float:
-    if isinstance(value, bool):
-        return 1.0 if value else 0.0
-    return float(value) if isinstance(value, int | float) else 0.0
+    """A number; 0 for UNDEFINED, ERROR or anything else (booleans count as 1/0)."""
+    return number(value) or 0.0
 
 
 def _whole(value: float) -> int | float:

@@ -13,6 +13,7 @@ import yaml
 
 from kondor_core import startd
 from kondor_core.api import (
+    EXECUTION_POINT_LABEL,
     Machine,
     PoolSpec,
     SlotPolicySpec,
@@ -20,7 +21,6 @@ from kondor_core.api import (
     format_time,
 )
 from kondor_core.config import compile_policy
-from kondor_core.api import EXECUTION_POINT_LABEL
 from kondor_operator.metrics import Metrics
 from kondor_operator.negotiator import (
     Negotiator,

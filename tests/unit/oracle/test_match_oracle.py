@@ -4,9 +4,9 @@ Kondor evaluates a job's Requirements as `tree.eval(match_scope(job, slot), slot
 (kondor_core.negotiation.matchmaking.requirements_met). Two oracles:
 
 - classad2's matching, `slot.matches(job)`: the job's Requirements evaluated with
-  `eval(scope=job, target=slot)`, numbers converted to booleans. It uses the New ClassAd
-  rule (an unprefixed reference is looked up in MY only), which HTCondor applies only with
-  STRICT_CLASSAD_EVALUATION = True.
+  `eval(scope=job, target=slot)`, numbers converted to booleans. In the mode Kondor puts
+  classad2 in at import (`kondor_core.classads._one_lookup_rule`, the mode classad2 takes
+  anyway on the first read of a nested ad) it follows HTCondor's default rule below.
 - HTCondor's default rule, from the manual's "ClassAd Evaluation Semantics" (HTCondor
   "mimics Old ClassAds"): `MY.x` in A only, `TARGET.x` in B only, an unprefixed `x` in A,
   then in B, else UNDEFINED. It is computed with classad2 too, by writing each unprefixed
@@ -31,11 +31,6 @@ from kondor_core.negotiation.matchmaking import requirements_met
 
 #: Differences from the oracles that are meant, by name.
 DIFFERENCES: dict[str, str] = {
-    "unprefixed-fallback": (
-        "An unprefixed reference that only the slot has resolves in the slot, as HTCondor's "
-        "manual says (HTCondor mimics Old ClassAds); classad2's matches() uses the New ClassAd "
-        "rule (STRICT_CLASSAD_EVALUATION) and finds it UNDEFINED."
-    ),
     "my-prefix": (
         "MY.x of an attribute only the slot has resolves in Kondor, where HTCondor and classad2 "
         "say UNDEFINED: match_scope layers MY over a copy of TARGET (its docstring says so)."
@@ -45,6 +40,13 @@ DIFFERENCES: dict[str, str] = {
         "says False. HTCondor's condor_submit always writes Requirements."
     ),
 }
+
+
+def _truth(value: Any) -> bool:
+    """A value as matchmaking takes it: TRUE, or a non-zero number (HTCondor's EvalBool)."""
+    if isinstance(value, bool):
+        return value
+    return isinstance(value, int | float) and not isinstance(value, classad2.Value) and value != 0
 
 
 def _same(ours: Any, theirs: Any) -> bool:
@@ -87,8 +89,8 @@ CASES: dict[str, Case] = {
     "unprefixed, in MY only": Case("onlyjob == 3", _JOB, _SLOT, True),
     "unprefixed, in both: MY's": Case("x == 1", _JOB, _SLOT, True),
     "unprefixed, in both, not TARGET's": Case("x == 5", _JOB, _SLOT, False),
-    "unprefixed, in TARGET only": Case("onlyslot == 7", _JOB, _SLOT, True, "unprefixed-fallback"),
-    "unprefixed, in TARGET only, alone": Case("onlyslot", _JOB, _SLOT, 7, "unprefixed-fallback"),
+    "unprefixed, in TARGET only": Case("onlyslot == 7", _JOB, _SLOT, True),
+    "unprefixed, in TARGET only, alone": Case("onlyslot", _JOB, _SLOT, 7),
     "unprefixed, nowhere": Case("nothere == 1", _JOB, _SLOT, U),
     "isUndefined, nowhere": Case("isUndefined(nothere)", _JOB, _SLOT, True),
     "MY.x, in MY": Case("MY.x == 1", _JOB, _SLOT, True),
@@ -113,7 +115,6 @@ CASES: dict[str, Case] = {
         {**_JOB, "wants": classad2.ExprTree("onlyslot > 2")},
         _SLOT,
         True,
-        "unprefixed-fallback",
     ),
     "the reference's job": Case(
         'Target.OpSysAndVer == "CentOS8" && TARGET.Memory >= RequestMemory',
@@ -126,7 +127,6 @@ CASES: dict[str, Case] = {
         {"RequestMemory": 1024},
         {"OpSys": "LINUX", "Memory": 2048},
         True,
-        "unprefixed-fallback",
     ),
 }
 
@@ -139,7 +139,8 @@ def test_requirements_evaluate_as_classad2_matches_or_as_listed(name: str) -> No
     assert _same(ours, case.expected), ours
     if case.difference is None:
         assert _same(ours, theirs), (ours, theirs)
-        assert _matches(case.requirements, case.job, case.slot) == (ours is True, ours is True)
+        matched = _truth(ours)
+        assert _matches(case.requirements, case.job, case.slot) == (matched, matched)
     else:
         assert case.difference in DIFFERENCES
         assert not _same(ours, theirs), f"the {case.difference} difference is gone: {theirs!r}"
@@ -245,7 +246,7 @@ def test_generated_requirements_follow_htcondors_lookup_rule(
     falls_back = any(r.scope == "" and r.name not in job and r.name in slot for r in refs)
     if not falls_back and not my_only_in_target:  # the New and Old ClassAd rules agree here
         assert _same(ours, classad2_value(text, job, slot)), text
-        assert _matches(text, job, slot) == (ours is True, ours is True)
+        assert _matches(text, job, slot) == (_truth(ours), _truth(ours))
 
 
 # -- bugs --------------------------------------------------------------------------------------
@@ -277,11 +278,6 @@ def test_a_slot_expression_found_by_fallback_is_evaluated_in_the_slot(
     assert _same(kondor_value("Wanted", job, slot), expected)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="requirements_met takes only the boolean TRUE; classad2's matches() takes a non-zero "
-    "number as TRUE, so a job with Requirements = 1 matches there and not in Kondor",
-)
 @pytest.mark.parametrize("requirements", ["1", "2.5", "TARGET.x"])
 def test_a_numeric_requirements_matches_as_in_classad2(requirements: str) -> None:
     assert _matches(requirements, {"x": 1}, {"x": 5}) == (True, True)
