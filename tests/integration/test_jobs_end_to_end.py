@@ -6,6 +6,7 @@ condor's. The cluster has the operator (webhooks, negotiator) and one agent per 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import time
@@ -29,13 +30,19 @@ class Cluster:
         self.kubeconfig = kubeconfig
 
     def kubectl(self, *args: str, user: str = "admin", stdin: str | None = None) -> str:
+        # The `kubectl-kondor` plugin is found on PATH, beside this Python.
+        path = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
+        # kubectl takes no flags before a plugin's name: they go after it.
+        where = ["--kubeconfig", str(self.kubeconfig), "--context", user]
+        command = ["kubectl", *args, *where] if args[0] == "kondor" else ["kubectl", *where, *args]
         done = subprocess.run(
-            ["kubectl", "--kubeconfig", str(self.kubeconfig), "--context", user, *args],
+            command,
             input=stdin,
             capture_output=True,
             check=False,
             text=True,
             timeout=60,
+            env={**os.environ, "PATH": path},
         )
         if done.returncode != 0:
             raise AssertionError(f"kubectl {' '.join(args)} as {user}: {done.stderr}")
@@ -168,6 +175,9 @@ def test_a_process_job_runs_for_real_and_ends_completed_with_its_exit_code(
     assert (scratch / "out.txt").read_text() == f"hello from {slot}\n"
     assert (scratch / "made.txt").read_text() == "made\n"
     assert "JobUniverse = 5" in (scratch / ".job.ad").read_text()
+    # condor_q as bob shows alice's job, with its owner.
+    queue = cluster.kubectl("kondor", "q", "-all", "hello", "-af", "Owner", "ExitCode", user="bob")
+    assert queue.split() == ["alice", "3"]
     # The dynamic slot went back: the partitionable slot has all its cores again.
     eventually(
         lambda: (
