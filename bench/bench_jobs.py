@@ -27,28 +27,13 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from bench_launch import percentile as _percentile
+from bench_launch import wait_for as _wait_for
+
 AGENT_TARGET_MS = 200.0
 SUBMIT_TARGET_S = 2.0
 ROOT = Path(__file__).resolve().parents[1]
 FIRST = "date +%s.%N > {path}"
-
-
-def _percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
-
-
-def _wait_for(path: Path, timeout: float = 20.0) -> float:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            text = path.read_text().strip()
-        except FileNotFoundError:
-            text = ""
-        if text:
-            return float(text)
-        time.sleep(0.001)
-    raise SystemExit(f"{path} was not written within {timeout}s")
 
 
 def _row(

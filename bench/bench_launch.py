@@ -33,7 +33,7 @@ TARGET_MS = 200.0
 COMMAND = ["/bin/sh", "-c", "date +%s.%N > t"]
 
 
-def _wait_for(path: Path, timeout: float = 10.0) -> float:
+def wait_for(path: Path, timeout: float = 10.0) -> float:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         try:
@@ -46,7 +46,7 @@ def _wait_for(path: Path, timeout: float = 10.0) -> float:
     raise SystemExit(f"{path} was not written within {timeout}s")
 
 
-def _percentile(values: list[float], q: float) -> float:
+def percentile(values: list[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
 
@@ -75,7 +75,7 @@ def main() -> int:
         for i in range(args.runs):
             start = time.time()
             handle = launcher.launch(f"job-{i}", runtime, "", "", slot="slot1_1", limits=limits)
-            launched.append(_wait_for(handle.scratch / "t") - start)
+            launched.append(wait_for(handle.scratch / "t") - start)
             while launcher.poll(handle) is None:
                 time.sleep(0.001)
             launcher.remove(handle)
@@ -84,7 +84,7 @@ def main() -> int:
             cwd.mkdir()
             start = time.time()
             proc = subprocess.Popen(COMMAND, cwd=cwd)
-            bare.append(_wait_for(cwd / "t") - start)
+            bare.append(wait_for(cwd / "t") - start)
             proc.wait()
         if cgroups.enabled:
             deadline = time.monotonic() + 5
@@ -94,7 +94,7 @@ def main() -> int:
 
     def row(name: str, values: list[float]) -> str:
         ms = [v * 1000 for v in values]
-        median, p95 = statistics.median(ms), _percentile(ms, 0.95)
+        median, p95 = statistics.median(ms), percentile(ms, 0.95)
         return f"{name:<34} median {median:7.1f} ms   p95 {p95:7.1f} ms"
 
     print(f"{args.runs} launches of {' '.join(COMMAND)!r}")

@@ -37,6 +37,7 @@ from typing import Any, Literal, Protocol, cast
 
 import classad2
 
+from kondor_cli import render
 from kondor_cli.files import UserError
 from kondor_core.api import (
     EXECUTION_JOBS,
@@ -209,9 +210,6 @@ def constraint_tree(constraint: str | None) -> Any:
         ) from None
 
 
-_NO_TARGET = classad2.ClassAd()
-
-
 def select(
     jobs: Sequence[ExecutionJob],
     *,
@@ -230,7 +228,7 @@ def select(
                 continue
         elif user is not None and owner(job) != user:
             continue
-        if tree is not None and tree.eval(queue_ad(job), _NO_TARGET) is not True:
+        if tree is not None and tree.eval(queue_ad(job), render.NO_TARGET) is not True:
             continue
         out.append(job)
     return out
@@ -339,46 +337,13 @@ def totals(
 
 
 def long_form(jobs: Sequence[ExecutionJob]) -> str:
-    """Each job ad in ClassAd form (`attr = value` lines, by attribute name), a blank line
-    after each, as `condor_q -long` prints them."""
-    out = []
-    for job in jobs:
-        lines = queue_ad(job).printOld().strip("\n").splitlines()
-        out.append("\n".join(sorted(lines, key=str.lower)) + "\n\n")
-    return "".join(out)
+    """Each job ad as `condor_q -long` prints it."""
+    return render.long_form(queue_ad(job) for job in jobs)
 
 
 def autoformat(jobs: Sequence[ExecutionJob], attributes: Sequence[str]) -> str:
-    """`-af`: each job's values of `attributes` (names or expressions) space separated, one
-    job a line; strings unquoted, a missing attribute as `undefined`, as condor_q -af prints."""
-    trees = []
-    for text in attributes:
-        try:
-            trees.append(parse_expr(text, field="-af"))
-        except ExpressionError as err:
-            raise UserError(f"-af {text!r} is not a ClassAd expression: {err.reason}") from None
-    lines = []
-    for job in jobs:
-        ad = queue_ad(job)
-        lines.append(" ".join(shown(tree.eval(ad, _NO_TARGET)) for tree in trees))
-    return "".join(line + "\n" for line in lines)
-
-
-def shown(value: Any) -> str:
-    """A ClassAd value as -af prints it."""
-    if value is classad2.Value.Undefined:
-        return "undefined"
-    if value is classad2.Value.Error:
-        return "error"
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, float):
-        return repr(value)
-    if isinstance(value, classad2.ClassAd):
-        return str(value.printJson()).replace("\n", " ")
-    if isinstance(value, list):
-        return "{" + ",".join(shown(item) for item in value) + "}"
-    return str(value)
+    """`-af`: each job's values of `attributes`, one job a line, as condor_q -af prints."""
+    return render.autoformat((queue_ad(job) for job in jobs), attributes)
 
 
 # ----------------------------------------------------------- condor_rm, condor_hold, condor_release

@@ -5,6 +5,10 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+import classad2
+
+from kondor_cli.files import UserError
+from kondor_core.classads import ExpressionError, parse_expr
 from kondor_core.negotiation import Placement
 
 _STANDARD = ("Cpus", "Memory", "Disk", "GPUs")
@@ -77,3 +81,50 @@ def timeline_table(document: Mapping[str, Any]) -> str:
             [[j["name"], j["status"], j.get("slot", ""), j.get("reason", "")] for j in jobs],
         )
     return out
+
+
+# ---- condor_status and condor_q: -long and -af ------------------------------------------------
+
+#: An empty TARGET: condor_status and condor_q evaluate with MY = the ad, so `MY.x` resolves
+#: and `TARGET.x` is UNDEFINED.
+NO_TARGET = classad2.ClassAd()
+
+
+def long_form(ads: Iterable[Any]) -> str:
+    """Each ClassAd in `attr = value` lines, by attribute name, a blank line after each, as
+    `condor_status -long` and `condor_q -long` print them."""
+    out = []
+    for ad in ads:
+        lines = ad.printOld().strip("\n").splitlines()
+        out.append("\n".join(sorted(lines, key=str.lower)) + "\n\n")
+    return "".join(out)
+
+
+def autoformat(ads: Iterable[Any], attributes: Sequence[str]) -> str:
+    """`-af`: each ClassAd's values of `attributes` (names or expressions), space separated,
+    one ad a line; strings unquoted, a missing attribute as `undefined`."""
+    trees = []
+    for text in attributes:
+        try:
+            trees.append(parse_expr(text, field="-af"))
+        except ExpressionError as err:
+            raise UserError(f"-af {text!r} is not a ClassAd expression: {err.reason}") from None
+    lines = [" ".join(shown(tree.eval(ad, NO_TARGET)) for tree in trees) for ad in ads]
+    return "".join(line + "\n" for line in lines)
+
+
+def shown(value: Any) -> str:
+    """A ClassAd value as -af prints it."""
+    if value is classad2.Value.Undefined:
+        return "undefined"
+    if value is classad2.Value.Error:
+        return "error"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float):
+        return repr(value)
+    if isinstance(value, classad2.ClassAd):
+        return str(value.printJson()).replace("\n", " ")
+    if isinstance(value, list):
+        return "{" + ",".join(shown(item) for item in value) + "}"
+    return str(value)

@@ -22,6 +22,7 @@ from typing import Any, cast
 
 import classad2
 
+from kondor_cli import render
 from kondor_cli.files import UserError
 from kondor_cli.render import table
 from kondor_core.api import EXECUTION_POINTS, GROUP, VERSION, kube_config_source
@@ -65,15 +66,6 @@ def classad(ad: SlotAd) -> Any:
     return classad2.ClassAd(values)
 
 
-def _evaluate(tree: Any, ad: Any) -> Any:
-    """`tree` with MY = the slot ad and an empty TARGET, as condor_status evaluates: `MY.x`
-    resolves, and `TARGET.x` is UNDEFINED."""
-    return tree.eval(ad, _NO_TARGET)
-
-
-_NO_TARGET = classad2.ClassAd()
-
-
 def select(ads: Sequence[SlotAd], node: str | None, constraint: str | None) -> list[SlotAd]:
     """The ads of `node` (a machine or a slot name) for which `constraint` is TRUE."""
     tree = None
@@ -88,7 +80,7 @@ def select(ads: Sequence[SlotAd], node: str | None, constraint: str | None) -> l
     for ad in ads:
         if node is not None and node not in (ad.name, ad.attributes.get("Machine")):
             continue
-        if tree is not None and _evaluate(tree, classad(ad)) is not True:
+        if tree is not None and tree.eval(classad(ad), render.NO_TARGET) is not True:
             continue
         out.append(ad)
     return out
@@ -158,45 +150,13 @@ def totals(ads: Sequence[SlotAd]) -> str:
 
 
 def long_form(ads: Sequence[SlotAd]) -> str:
-    """Each ad in ClassAd form (`attr = value` lines, by attribute name), a blank line after
-    each, as `condor_status -long` prints them."""
-    out = []
-    for ad in ads:
-        lines = classad(ad).printOld().strip("\n").splitlines()
-        out.append("\n".join(sorted(lines, key=str.lower)) + "\n\n")
-    return "".join(out)
+    """Each slot ad as `condor_status -long` prints it."""
+    return render.long_form(classad(ad) for ad in ads)
 
 
 def autoformat(ads: Sequence[SlotAd], attributes: Sequence[str]) -> str:
-    """`-af`: each ad's values of `attributes` (names or expressions), space separated;
-    strings unquoted, a missing attribute as `undefined`."""
-    trees = []
-    for text in attributes:
-        try:
-            trees.append(parse_expr(text, field="-af"))
-        except ExpressionError as err:
-            raise UserError(f"-af {text!r} is not a ClassAd expression: {err.reason}") from None
-    lines = []
-    for ad in ads:
-        built = classad(ad)
-        lines.append(" ".join(_shown(_evaluate(tree, built)) for tree in trees))
-    return "".join(line + "\n" for line in lines)
-
-
-def _shown(value: Any) -> str:
-    if value is classad2.Value.Undefined:
-        return "undefined"
-    if value is classad2.Value.Error:
-        return "error"
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, float):
-        return repr(value)
-    if isinstance(value, classad2.ClassAd):
-        return str(value.printJson()).replace("\n", " ")
-    if isinstance(value, list):
-        return "{" + ",".join(_shown(item) for item in value) + "}"
-    return str(value)
+    """`-af`: each slot ad's values of `attributes`, one ad a line."""
+    return render.autoformat((classad(ad) for ad in ads), attributes)
 
 
 # ------------------------------------------------------------------------------- the command
