@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The demo: a local dev cluster (real control plane, three kwok nodes, one with four GPUs)
 # with the Kondor operator and one agent per node; the demo SlotPolicies applied; the
-# ExecutionPoints and condor_status printed. Run by `make demo` (which builds what it needs).
+# ExecutionPoints and condor_status printed; alice's job run and condor_q printed. Run by `make demo` (which builds what it needs).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 BIN=${BIN:-.venv/bin}
@@ -33,6 +33,17 @@ kubectl get executionpoints
 echo; echo "+ kubectl kondor status"
 kubectl kondor status
 
+echo; echo "+ kubectl --context alice apply -f examples/demo/jobs/hello.yaml"
+kubectl --context alice apply -f examples/demo/jobs/hello.yaml
+for _ in $(seq 60); do
+  [ "$(kubectl get ej hello -o jsonpath='{.status.jobStatus}')" = Completed ] && break
+  sleep 0.5
+done
+echo; echo "+ kubectl get executionjobs"
+kubectl get executionjobs
+echo; echo "+ kubectl kondor q -all"
+kubectl kondor q -all
+
 cat <<NEXT
 
 The dev cluster keeps running. Try:
@@ -41,6 +52,9 @@ The dev cluster keeps running. Try:
   kubectl kondor status -af Name Cpus Memory GPUs AssignedGPUs
   kubectl kondor status -constraint 'State == "Owner"'   # cpu-1's owner is busy
   kubectl edit slotpolicy batch                      # change the layout; slots re-carve
+  kubectl get ej hello -o jsonpath='{.status.execution}'   # where it ran, exit code, usage
+  kubectl --context bob delete ej hello              # refused: only its owner (alice) may
+  kubectl kondor q -all -af Owner ExitCode RemoteHost
   kubectl apply -f - <<<'{"apiVersion":"kondor.io/v1alpha1","kind":"SlotPolicy","metadata":{"name":"bad"},"spec":{"start":"Cpus >"}}'
   kondor simulate --timeline examples/scenarios/desktop-day.yaml   # a day of policy, offline
 Stop it with: $BIN/kondor dev-cluster down --state-dir $STATE/state
