@@ -19,6 +19,7 @@ from pydantic import ValidationError
 
 from kondor_core import startd
 from kondor_core.api import ExecutionJob, JobExecution
+from kondor_core.api.job import ExecutionState
 from kondor_core.api.meta import format_time, model_patch
 from kondor_core.jobs import job_ad
 from kondor_core.policy import Action, ActionKind, Event
@@ -205,12 +206,12 @@ class JobRunner:
         self.running[name] = run
         self._write_running(run, "Running")
 
-    def _write_running(self, run: _Running, state: str) -> None:
+    def _write_running(self, run: _Running, state: ExecutionState) -> None:
         self._write(
             run.job,
             JobExecution(
                 claim_id=run.claim_id,
-                state=state,  # type: ignore[arg-type]
+                state=state,
                 slot=run.slot,
                 directory=self.launcher.directory(run.handle),
                 start_time=format_time(run.started),
@@ -218,6 +219,7 @@ class JobRunner:
         )
 
     def _report_end(self, run: _Running, outcome: Outcome) -> None:
+        state: ExecutionState
         if outcome.hold_reason is not None:
             state = "Failed"
         elif run.killed:
@@ -228,7 +230,7 @@ class JobRunner:
             run.job,
             JobExecution(
                 claim_id=run.claim_id,
-                state=state,  # type: ignore[arg-type]
+                state=state,
                 slot=run.slot,
                 directory=self.launcher.directory(run.handle),
                 start_time=format_time(outcome.start_time or run.started),
