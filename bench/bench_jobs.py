@@ -306,7 +306,7 @@ def main() -> int:
             submit,
             "baseline: Pod create -> Running",
             pods,
-            "s",
+            "ms",
         )
         if statistics.median(submit) > SUBMIT_TARGET_S:
             print(f"  over the target of {SUBMIT_TARGET_S:.0f} s")
