@@ -80,6 +80,9 @@ class Launcher(Protocol):
     def remove(self, handle: Any) -> None:
         """Delete what the job left on the node (its directory, its pod)."""
 
+    def clear(self) -> int:
+        """Kill whatever jobs a previous agent left running on the node; how many."""
+
 
 @dataclass
 class _Running:
@@ -106,6 +109,7 @@ class JobRunner:
     finished: dict[str, list[_Running]] = field(default_factory=dict)
     _jobs: dict[str, ExecutionJob] = field(default_factory=dict)
     _ended: dict[str, Ended] = field(default_factory=dict)
+    _recovered: bool = False
 
     def events(self, node: startd.Startd) -> dict[str, list[Event]]:
         """Read the node's jobs, collect ended processes, and say what the schedd says."""
@@ -117,6 +121,8 @@ class JobRunner:
                 log.warning("skipping an ExecutionJob that does not parse: %s", err)
                 continue
             self._jobs[job_id(job)] = job
+        if not self._recovered:
+            self._recover()
         for name, run in list(self.running.items()):
             outcome = self.launcher.poll(run.handle)
             if outcome is None:
@@ -136,6 +142,34 @@ class JobRunner:
                 self._jobs[name], JobExecution(claim_id=claim_id, state="Rejected", reason=why)
             )
         return said.events
+
+    def _recover(self) -> None:
+        """A (re)started agent holds no claim, as a restarted startd holds none ("Machine
+        States"): the jobs its node was running are vacated. Their processes and pods are
+        killed, and each is answered Killed, so the operator returns it to Idle and the
+        negotiator matches it again. (Re-adopting them instead is future work.)"""
+        self._recovered = True
+        killed = self.launcher.clear()
+        if killed:
+            log.warning("killed %d job(s) a previous agent left running", killed)
+        for job in self._jobs.values():
+            status = job.status
+            execution = status.execution if status is not None else None
+            if status is None or execution is None:
+                continue
+            self.answered.add(execution.claim_id)  # answered by an earlier agent
+            if execution.state not in ("Running", "Suspended"):
+                continue
+            if status.claim_id != execution.claim_id:
+                continue
+            vacated = execution.model_copy(
+                update={
+                    "state": "Killed",
+                    "end_time": format_time(self.clock()),
+                    "reason": "vacated: the node's agent restarted",
+                }
+            )
+            self._write(job, vacated)
 
     def any_ended(self) -> bool:
         """Whether a running job's process has ended (cheap: the launcher looks for its
@@ -301,6 +335,9 @@ class RuntimeLaunchers:
     def remove(self, handle: _Tagged) -> None:
         handle.launcher.remove(handle.inner)
 
+    def clear(self) -> int:
+        return sum(launcher.clear() for launcher in (self.process, self.pod) if launcher)
+
 
 @dataclass(frozen=True)
 class _Unavailable:
@@ -334,3 +371,6 @@ class _Unavailable:
 
     def remove(self, handle: Any) -> None:
         pass
+
+    def clear(self) -> int:
+        return 0

@@ -112,6 +112,18 @@ class PodLauncher:
         """The pod goes with its ExecutionJob (owner reference); a finished one now."""
         self._delete(handle, 0)
 
+    def clear(self) -> int:
+        """Delete the job pods of this node that are still running."""
+        found = self._list(label_selector=f"{EXECUTION_POINT_LABEL}={self.node}")
+        running = [
+            _key(pod)
+            for pod in found.get("items") or []
+            if (pod.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
+        ]
+        for namespace, name in running:
+            self._delete(PodHandle(namespace, name), 0)
+        return len(running)
+
     def _delete(self, handle: PodHandle, grace: int | None) -> None:
         try:
             self.core.delete_namespaced_pod(

@@ -83,6 +83,13 @@ class ProcessJobs:
     def remove(self, handle: JobHandle) -> None:
         self.launcher.remove(handle)
 
+    def clear(self) -> int:
+        """Hard-kill the jobs under the execute dir still running (their output stays)."""
+        running = [h for h in self.launcher.adopt() if self.launcher.poll(h) is None]
+        for handle in running:
+            self.launcher.hard_kill(handle)
+        return len(running)
+
 
 def _signal(name: str) -> int:
     """KillSig (a name such as SIGTERM, or a number) as a signal number; SIGTERM if unknown."""

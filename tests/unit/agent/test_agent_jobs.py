@@ -47,6 +47,7 @@ class FakeLauncher:
         self.outcomes: dict[str, Outcome] = {}
         self.signals: list[tuple[str, str]] = []
         self.removed: list[str] = []
+        self.cleared = 0
 
     def launch(self, job: ExecutionJob, job_id: str, slot: SlotAd, job_ad_text: str) -> str:
         assert "JobUniverse = 5" in job_ad_text
@@ -78,6 +79,10 @@ class FakeLauncher:
 
     def remove(self, handle: str) -> None:
         self.removed.append(handle)
+
+    def clear(self) -> int:
+        self.cleared += 1
+        return 0
 
 
 def matched(name: str, claim: str, slot: str = f"slot1@{NODE}", **spec: Any) -> dict[str, Any]:
@@ -202,3 +207,32 @@ def test_a_deleted_job_is_killed_and_its_slot_freed(node: Any) -> None:
     agent.step()
     _tick(agent, clock)
     assert _slots(api)["slot1"] == ("Unclaimed", "Idle", 8)
+
+
+def test_a_restarted_agent_vacates_the_jobs_it_no_longer_holds(node: Any) -> None:
+    api, clock, launcher, _first = node
+    assert launcher.cleared == 1  # what a previous agent left running is killed first
+    running = matched("old", "uid-old#1")
+    running["status"]["jobStatus"] = "Running"
+    running["status"]["execution"] = {"claimId": "uid-old#1", "state": "Running"}
+    finished = matched("done", "uid-done#1")
+    finished["status"]["execution"] = {"claimId": "uid-done#1", "state": "Exited"}  # not yet
+    # followed by the operator: still Idle, but its claim was answered
+    api.job_objects["default/old"] = running
+    api.job_objects["default/done"] = finished
+    restarted = Agent(
+        AgentConfig(node_name=NODE, polling_interval=5.0),
+        api,
+        MachineBox(example_machine("node-a.yaml")),
+        live=lambda _now: {},
+        clock=clock,
+        jobs=JobRunner(api, launcher, clock),
+    )
+    restarted.step()
+    vacated = api.execution("old")
+    assert (vacated["state"], vacated["reason"]) == (
+        "Killed",
+        "vacated: the node's agent restarted",
+    )
+    assert api.execution("done")["state"] == "Exited"  # ended jobs are left as they are
+    assert launcher.launched == []  # an answered claim is not started again
