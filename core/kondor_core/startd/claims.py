@@ -7,7 +7,8 @@ sees into those events, one polling cycle at a time:
 
 - a job whose `status.claimId` the agent has not answered yet, Idle, neither held nor
   removed, is a new match: Match + ActivateClaim for `status.slot` (the startd re-checks
-  START and the resources and may refuse);
+  START and the resources and may refuse); on a Claimed slot the match preempts (RANK), and
+  its claim is activated once it has taken the slot over;
 - a job still naming the claim a slot holds renews its lease (LeaseRenewed);
 - a claim whose job is held, removed, deleted, or now names another claim is released
   (ReleaseClaim: the startd preempts the job by its policy, soft kill first);
@@ -75,6 +76,8 @@ def schedd_events(
     refused: list[tuple[str, str, str]] = []
     known = {s.name for s in node.state.slots}
     holders = {s.claim.job_id: s for s in node.state.slots if s.claim is not None}
+    # A preempting claim waits on its slot until the claim it preempts is gone.
+    waiting = {s.pending_claim.job_id for s in node.state.slots if s.pending_claim is not None}
     by_id = {job_id(job): job for job in jobs}
     for name, job in by_id.items():
         status = job.status
@@ -85,6 +88,7 @@ def schedd_events(
         if slot is None:
             if (
                 wanted
+                and name not in waiting
                 and status.claim_id not in answered
                 and status.job_status == "Idle"
                 and status.slot is not None
@@ -95,15 +99,23 @@ def schedd_events(
                     refused.append((name, status.claim_id, why))
                     continue
                 ad = job_ad(job.spec, name, cluster_id=status.cluster_id)
-                events.setdefault(status.slot, []).extend(
-                    [Match(status.claim_id, ad, job_id=name), ActivateClaim()]
-                )
+                sent: list[Event] = [Match(status.claim_id, ad, job_id=name)]
+                if node.state.slot(status.slot).state is not State.CLAIMED:
+                    sent.append(ActivateClaim())  # a preempting claim is activated later
+                events.setdefault(status.slot, []).extend(sent)
             continue
         assert slot.claim is not None
         if name in ended:
             continue
         if wanted and slot.claim.claim_id == status.claim_id:
-            events.setdefault(slot.name, []).append(LeaseRenewed())
+            own = events.setdefault(slot.name, [])
+            own.append(LeaseRenewed())
+            if (
+                slot.state is State.CLAIMED
+                and slot.activity is Activity.IDLE
+                and slot.claim.activations == 0
+            ):
+                own.append(ActivateClaim())  # the preempting claim took over (transition 23)
         elif not _releasing(slot):
             events.setdefault(slot.name, []).append(ReleaseClaim())
     for name, slot in holders.items():

@@ -236,3 +236,44 @@ def test_a_restarted_agent_vacates_the_jobs_it_no_longer_holds(node: Any) -> Non
     )
     assert api.execution("done")["state"] == "Exited"  # ended jobs are left as they are
     assert launcher.launched == []  # an answered claim is not started again
+
+
+def test_rank_preemption_kills_the_running_job_and_starts_the_preferred_one() -> None:
+    """ "The RANK Expression": a Claimed slot whose RANK prefers a new job is preempted; the
+    new claim waits until the old job is gone, then is activated (transition 23)."""
+    api = JobsAPI()
+    clock = FakeClock()
+    api.clock = clock
+    api.add_policy(
+        {
+            "apiVersion": "kondor.io/v1alpha1",
+            "kind": "SlotPolicy",
+            "metadata": {"name": "jones-first"},
+            "spec": {"condorConfig": 'NUM_SLOTS = 1\nNUM_CPUS = 1\nRANK = Owner == "jones"'},
+        }
+    )
+    api.add_execution_point(NODE, "jones-first")
+    launcher = FakeLauncher()
+    agent = Agent(
+        AgentConfig(node_name=NODE, polling_interval=5.0),
+        api,
+        MachineBox(example_machine("node-a.yaml")),
+        live=lambda _now: {},
+        clock=clock,
+        jobs=JobRunner(api, launcher, clock),
+    )
+    agent.step()
+    garrison = matched("garrison", "uid-garrison#1", owner="garrison")
+    api.job_objects["default/garrison"] = garrison
+    _tick(agent, clock)
+    assert [j for j, _, _ in launcher.launched] == ["default/garrison"]
+    garrison["status"]["jobStatus"] = "Running"  # as the operator follows it
+    api.job_objects["default/jones"] = matched("jones", "uid-jones#1", owner="jones")
+    for _ in range(4):
+        _tick(agent, clock)
+        clock.now += 0.2
+        agent.step()
+    assert ("default/garrison", "SIGTERM") in launcher.signals
+    assert api.execution("garrison")["state"] == "Killed"
+    assert [j for j, _, _ in launcher.launched] == ["default/garrison", "default/jones"]
+    assert api.execution("jones")["state"] == "Running"
