@@ -56,6 +56,8 @@ def _row(
 class _Jobs:
     """The agent's job API in memory: the matched jobs, and the status patches applied."""
 
+    synced = True
+
     def __init__(self) -> None:
         self.objects: dict[str, dict[str, Any]] = {}
 

@@ -30,6 +30,9 @@ log = logging.getLogger("kondor_agent.jobs")
 
 
 class JobAPI(Protocol):
+    #: The jobs have been listed once (before, `jobs()` would say there are none).
+    synced: bool
+
     def jobs(self) -> list[dict[str, Any]]:
         """The ExecutionJobs labelled with this node, as plain JSON."""
 
@@ -113,6 +116,8 @@ class JobRunner:
 
     def events(self, node: startd.Startd) -> dict[str, list[Event]]:
         """Read the node's jobs, collect ended processes, and say what the schedd says."""
+        if not self.api.synced:
+            return {}  # not listed yet: nothing is known, nothing is said
         self._jobs = {}
         for raw in self.api.jobs():
             try:

@@ -205,6 +205,8 @@ class WatchedJobs:
         self.on_change = on_change
         self.timeout_seconds = timeout_seconds
         self._jobs: dict[str, dict[str, Any]] = {}
+        #: The watch has listed the jobs once.
+        self.synced = False
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name=f"watch-jobs-{node}", daemon=True)
@@ -241,6 +243,7 @@ class WatchedJobs:
         def listed(items: list[Mapping[str, Any]]) -> None:
             with self._lock:
                 self._jobs = {_uid(item): dict(item) for item in items}
+            self.synced = True
             self._changed()
 
         def changed(kind: str, found: Mapping[str, Any]) -> None:

@@ -23,6 +23,8 @@ NODE = "node-a"
 class JobsAPI(FakeAPI):
     """FakeAPI plus the node's ExecutionJobs."""
 
+    synced = True
+
     def __init__(self) -> None:
         super().__init__()
         self.job_objects: dict[str, dict[str, Any]] = {}
