@@ -49,11 +49,13 @@ class ProcessJobs:
         if cgroups.enabled and cgroups.exists(handle.cgroup) and not cgroups.pids(handle.cgroup):
             cgroups.remove(handle.cgroup)  # the output stays; the cgroup is done
         lost = result.state == "lost"
+        # A failed start, or an exit that holds the job (an OOM kill); a lost job is evicted.
+        held = not lost and result.hold_reason is not None
         return Outcome(
             exit_code=result.exit_code,
             exit_signal=result.exit_signal,
-            hold_reason=result.hold_reason if result.state == "failed" else None,
-            hold_reason_code=result.hold_reason_code if result.state == "failed" else None,
+            hold_reason=result.hold_reason if held else None,
+            hold_reason_code=result.hold_reason_code if held else None,
             start_time=result.start_time,
             end_time=result.end_time,
             user_cpu=result.user_cpu_seconds,

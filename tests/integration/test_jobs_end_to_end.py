@@ -288,3 +288,39 @@ def test_a_pod_job_ends_completed_with_its_annotated_exit_code(cluster: Cluster)
     expected = {"cpu": "1", "memory": "256Mi"}
     resources = pod["spec"]["containers"][0]["resources"]
     assert resources == {"requests": expected, "limits": expected}
+
+
+def _memory_limits_work() -> str | None:
+    """Why job memory limits cannot be enforced on this machine, or None when they can."""
+    import uuid
+
+    from kondor_agent.execute.cgroups import CgroupError, JobCgroups
+
+    try:
+        cgroups = JobCgroups.open(root=f"kondor-probe-{uuid.uuid4().hex[:8]}")
+    except (CgroupError, OSError) as err:
+        return f"cgroups are not writable here: {err}"
+    try:
+        return None if cgroups.can_limit_memory else "no memory controller here"
+    finally:
+        cgroups.remove_root()
+
+
+def test_a_job_over_its_slot_s_memory_is_oom_killed_and_held(cluster: Cluster) -> None:
+    reason = _memory_limits_work()
+    if reason:
+        pytest.skip(reason)
+    grow = "b = bytearray(512 * 1024 * 1024)\nfor i in range(0, len(b), 4096): b[i] = 1\n"
+    job = process_job("hog", "")
+    job["spec"]["process"] = {"executable": sys.executable, "arguments": ["-S", "-c", grow]}
+    cluster.apply(job, user="alice")
+    held = eventually(
+        lambda: (j := cluster.job("hog"))["status"]["jobStatus"] == "Held" and j,
+        40,
+        "the job Held",
+    )
+    status = held["status"]
+    assert status["holdReasonCode"] == 34
+    # The dynamic slot has 128 MiB (64Mi rounded up to the 128 MiB quantum): its limit.
+    assert "over cgroup memory limit of 128 megabytes" in status["holdReason"]
+    assert status["execution"]["exitSignal"] == 9

@@ -276,6 +276,14 @@ class JobCgroups:
         name = "memory.peak" if self._memory.v2 else "memory.max_usage_in_bytes"
         return self._memory.file(cgroup, name)
 
+    def oom_kills_file(self, cgroup: str) -> Path | None:
+        """The file whose `oom_kill N` line counts the kernel's OOM kills in the cgroup:
+        memory.events on v2, memory.oom_control on v1; None without a memory controller."""
+        if self._memory is None:
+            return None
+        name = "memory.events" if self._memory.v2 else "memory.oom_control"
+        return self._memory.file(cgroup, name)
+
     # -- life cycle --------------------------------------------------------------------
 
     def create(self, cgroup: str, limits: CgroupLimits | None = None) -> None:

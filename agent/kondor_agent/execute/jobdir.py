@@ -36,6 +36,8 @@ FAILED_TO_CREATE_PROCESS = 6
 UNABLE_TO_OPEN_OUTPUT = 7
 UNABLE_TO_OPEN_INPUT = 8
 IWD_ERROR = 14
+#: The kernel killed the job for going over its cgroup memory limit (the job is held).
+OUT_OF_MEMORY = 34
 
 
 def write_atomic(path: str | os.PathLike[str], text: str, *, durable: bool = False) -> None:

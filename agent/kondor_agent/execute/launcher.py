@@ -229,6 +229,12 @@ class ProcessLauncher:
             job_procs=[str(p) for p in self.cgroups.procs_files(cgroup)],
             supervisor_procs=[str(p) for p in self.cgroups.procs_files(SUPERVISORS)],
             peak_memory_file=_str_or_none(self.cgroups.peak_memory_file(cgroup)),
+            oom_kills_file=_str_or_none(self.cgroups.oom_kills_file(cgroup)),
+            memory_limit_mib=(
+                limits.memory_bytes // (1024 * 1024)
+                if limits is not None and limits.memory_bytes is not None
+                else None
+            ),
         )
         records.write_atomic(directory / records.SPEC, spec.to_json())
         if failure is not None:

@@ -20,6 +20,7 @@ from kondor_agent.execute.jobdir import (
     JOB_PID,
     KILLED,
     MACHINE_AD,
+    OUT_OF_MEMORY,
     SCRATCH,
     SPEC,
     SUPERVISOR_LOG,
@@ -37,6 +38,7 @@ __all__ = [
     "JOB_PID",
     "KILLED",
     "MACHINE_AD",
+    "OUT_OF_MEMORY",
     "SCRATCH",
     "SPEC",
     "SUPERVISOR_LOG",
@@ -67,6 +69,10 @@ class LaunchSpec:
     job_procs: list[str] = field(default_factory=list)
     supervisor_procs: list[str] = field(default_factory=list)
     peak_memory_file: str | None = None
+    #: Where the kernel counts the cgroup's OOM kills (memory.events or memory.oom_control).
+    oom_kills_file: str | None = None
+    #: The job cgroup's memory limit, for the hold reason of an OOM kill.
+    memory_limit_mib: int | None = None
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=1, sort_keys=True) + "\n"

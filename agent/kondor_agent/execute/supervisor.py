@@ -174,6 +174,36 @@ def _peak_memory_mib(spec: dict[str, Any], rusage: resource.struct_rusage) -> in
     return -(-rusage.ru_maxrss // 1024)  # Linux reports ru_maxrss in KiB
 
 
+def _oom_kills(spec: dict[str, Any]) -> int:
+    """The kernel's OOM kills in the job's cgroup (the `oom_kill N` line), 0 if unknown."""
+    path = spec.get("oom_kills_file")
+    if not path:
+        return 0
+    try:
+        with open(path) as f:
+            for line in f:
+                key, _, value = line.partition(" ")
+                if key == "oom_kill":
+                    return int(value)
+    except (OSError, ValueError):
+        pass
+    return 0
+
+
+def _out_of_memory(spec: dict[str, Any], peak_mib: int) -> dict[str, Any]:
+    """HTCondor's hold of a job the kernel killed over its cgroup memory limit."""
+    limit = spec.get("memory_limit_mib")
+    over = f" of {limit} megabytes" if limit else ""
+    return {
+        "hold_reason": (
+            f"Error from {spec['slot']}: Job has gone over cgroup memory limit{over}. "
+            f"Peak usage: {peak_mib} megabytes. Consider resubmitting with a higher "
+            "request_memory."
+        ),
+        "hold_reason_code": jobdir.OUT_OF_MEMORY,
+    }
+
+
 def run(spec: dict[str, Any], job_dir: str) -> dict[str, Any]:
     """Start the job, wait for it and say how it ended."""
     pending: list[int] = []
@@ -227,6 +257,9 @@ def run(spec: dict[str, Any], job_dir: str) -> dict[str, Any]:
     except (ProcessLookupError, PermissionError):
         pass
     code = os.waitstatus_to_exitcode(status)
+    peak = _peak_memory_mib(spec, rusage)
+    # Killed by the kernel for its memory: held, not ended (the reference's cgroup section).
+    held = _out_of_memory(spec, peak) if code == -signal.SIGKILL and _oom_kills(spec) else {}
     return _result(
         "exited",
         exit_code=code if code >= 0 else None,
@@ -235,7 +268,8 @@ def run(spec: dict[str, Any], job_dir: str) -> dict[str, Any]:
         end_time=end,
         user_cpu_seconds=rusage.ru_utime,
         sys_cpu_seconds=rusage.ru_stime,
-        peak_memory_mib=_peak_memory_mib(spec, rusage),
+        peak_memory_mib=peak,
+        **held,
     )
 
 

@@ -113,6 +113,12 @@ def test_a_job_over_its_memory_limit_is_oom_killed(
     # The OOM killer's SIGKILL, or a failed allocation where the kernel refuses instead.
     assert result.exit_signal == signal.SIGKILL or (result.exit_code or 0) != 0, result
     assert result.peak_memory_mib is not None and result.peak_memory_mib <= 33
+    if result.exit_signal == signal.SIGKILL:
+        # Held as HTCondor holds it: code 34, naming the limit and the usage.
+        assert result.hold_reason_code == 34, result
+        assert result.hold_reason is not None
+        assert "Job has gone over cgroup memory limit of 32 megabytes" in result.hold_reason
+        assert f"Peak usage: {result.peak_memory_mib} megabytes" in result.hold_reason
 
 
 def test_freeze_stops_the_whole_cgroup_and_kill_ends_even_escaped_processes(
