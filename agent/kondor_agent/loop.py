@@ -340,14 +340,20 @@ class Agent:
         ref = self._policy_ref
         assert ref is not None
         current = self.startd
-        if (
+        same_policy = (
             current is not None
-            and current.machine == machine
             and self._carved_spec == policy.spec
             and current.applied.name == ref.name
             and current.applied.generation == ref.generation
-        ):
-            return
+        )
+        if current is not None and same_policy:
+            if current.machine == machine:
+                return
+            # New facts on the same slots: the claims, the jobs and the states stay.
+            refreshed = startd.with_machine(current, machine)
+            if refreshed is not None:
+                self.startd = refreshed
+                return
         try:
             self.startd = startd.start(
                 machine,

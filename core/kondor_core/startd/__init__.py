@@ -16,6 +16,7 @@ from kondor_core.startd.node import (
     whole_seconds,
     with_benchmarks,
     with_cron_ads,
+    with_machine,
 )
 from kondor_core.startd.status import slot_status, status, summary
 
@@ -35,4 +36,5 @@ __all__ = [
     "whole_seconds",
     "with_benchmarks",
     "with_cron_ads",
+    "with_machine",
 ]

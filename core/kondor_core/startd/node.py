@@ -209,6 +209,19 @@ def start(
     )
 
 
+def with_machine(startd: Startd, machine: Machine) -> Startd | None:
+    """`startd` advertising `machine`'s new facts (KeyboardIdle, labels, OpSys, ...) with its
+    slots, claims and states kept, as a startd keeps its claims when its ads change; None
+    when the change alters the layout (resources, slots), which needs a re-carve."""
+    result = layout(machine, startd.policy)
+    before, after = startd.layout, result
+    if after.slots != before.slots or dataclasses.replace(
+        after.machine, facts={}
+    ) != dataclasses.replace(before.machine, facts={}):
+        return None
+    return dataclasses.replace(startd, machine=machine, layout=result, renderer=AdRenderer(result))
+
+
 def with_cron_ads(startd: Startd, ads: Mapping[str, CronAd]) -> Startd:
     """`startd` whose slot ads merge `ads` (the cron runner's latest)."""
     if ads == startd.cron_ads:
