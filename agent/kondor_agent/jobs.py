@@ -80,6 +80,9 @@ class Launcher(Protocol):
 
     def resume(self, handle: Any) -> None: ...
 
+    def is_suspended(self, handle: Any) -> bool:
+        """Whether the job is frozen now, as the kernel says."""
+
     def remove(self, handle: Any) -> None:
         """Delete what the job left on the node (its directory, its pod)."""
 
@@ -95,6 +98,8 @@ class _Running:
     handle: Any
     started: float
     killed: bool = False
+    #: The startd suspended it (SUSPEND) and has not continued it yet.
+    suspended: bool = False
 
 
 @dataclass
@@ -131,6 +136,10 @@ class JobRunner:
         for name, run in list(self.running.items()):
             outcome = self.launcher.poll(run.handle)
             if outcome is None:
+                if run.suspended and not self.launcher.is_suspended(run.handle):
+                    # Runtimes freeze and thaw cgroups for their own updates: freeze it again.
+                    log.warning("%s was thawed behind the startd's back; freezing it again", name)
+                    self.launcher.suspend(run.handle)
                 continue
             del self.running[name]
             self.finished.setdefault(name, []).append(run)
@@ -217,9 +226,11 @@ class JobRunner:
                 self.launcher.hard_kill(run.handle)
             elif action.kind is ActionKind.SUSPEND_JOB and run is not None:
                 self.launcher.suspend(run.handle)
+                run.suspended = True
                 self._write_running(run, "Suspended")
             elif action.kind is ActionKind.CONTINUE_JOB and run is not None:
                 self.launcher.resume(run.handle)
+                run.suspended = False
                 self._write_running(run, "Running")
             elif action.kind is ActionKind.RELEASE_CLAIM:
                 pass  # the operator follows the job's status
@@ -337,6 +348,9 @@ class RuntimeLaunchers:
     def resume(self, handle: _Tagged) -> None:
         handle.launcher.resume(handle.inner)
 
+    def is_suspended(self, handle: _Tagged) -> bool:
+        return handle.launcher.is_suspended(handle.inner)
+
     def remove(self, handle: _Tagged) -> None:
         handle.launcher.remove(handle.inner)
 
@@ -373,6 +387,9 @@ class _Unavailable:
 
     def resume(self, handle: Any) -> None:
         pass
+
+    def is_suspended(self, handle: Any) -> bool:
+        return False
 
     def remove(self, handle: Any) -> None:
         pass

@@ -108,6 +108,9 @@ class PodLauncher:
     def resume(self, handle: PodHandle) -> None:
         log.warning("resuming pod %s/%s is not carried out yet", handle.namespace, handle.name)
 
+    def is_suspended(self, handle: PodHandle) -> bool:
+        return True  # not frozen by Kondor yet (see suspend): nothing to re-check
+
     def remove(self, handle: PodHandle) -> None:
         """The pod goes with its ExecutionJob (owner reference); a finished one now."""
         self._delete(handle, 0)

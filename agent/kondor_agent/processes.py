@@ -82,6 +82,9 @@ class ProcessJobs:
     def resume(self, handle: JobHandle) -> None:
         self.launcher.resume(handle)
 
+    def is_suspended(self, handle: JobHandle) -> bool:
+        return self.launcher.is_suspended(handle)
+
     def remove(self, handle: JobHandle) -> None:
         self.launcher.remove(handle)
 

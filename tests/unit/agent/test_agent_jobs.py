@@ -50,6 +50,7 @@ class FakeLauncher:
         self.signals: list[tuple[str, str]] = []
         self.removed: list[str] = []
         self.cleared = 0
+        self.frozen: set[str] = set()
 
     def launch(self, job: ExecutionJob, job_id: str, slot: SlotAd, job_ad_text: str) -> str:
         assert "JobUniverse = 5" in job_ad_text
@@ -75,9 +76,14 @@ class FakeLauncher:
 
     def suspend(self, handle: str) -> None:
         self.signals.append((handle, "freeze"))
+        self.frozen.add(handle)
 
     def resume(self, handle: str) -> None:
         self.signals.append((handle, "thaw"))
+        self.frozen.discard(handle)
+
+    def is_suspended(self, handle: str) -> bool:
+        return handle in self.frozen
 
     def remove(self, handle: str) -> None:
         self.removed.append(handle)
@@ -279,3 +285,55 @@ def test_rank_preemption_kills_the_running_job_and_starts_the_preferred_one() ->
     assert api.execution("garrison")["state"] == "Killed"
     assert [j for j, _, _ in launcher.launched] == ["default/garrison", "default/jones"]
     assert api.execution("jones")["state"] == "Running"
+
+
+def test_a_suspended_job_thawed_behind_the_startd_s_back_is_frozen_again() -> None:
+    """SUSPEND freezes; a freeze is re-checked every cycle (runtimes thaw cgroups during
+    their own updates), and CONTINUE thaws for good."""
+    api = JobsAPI()
+    clock = FakeClock()
+    api.clock = clock
+    api.add_policy(
+        {
+            "apiVersion": "kondor.io/v1alpha1",
+            "kind": "SlotPolicy",
+            "metadata": {"name": "desk"},
+            "spec": {
+                "condorConfig": "WANT_SUSPEND = True\nSUSPEND = KeyboardIdle < 60\n"
+                "CONTINUE = KeyboardIdle >= 60\nPREEMPT = False\n"
+            },
+        }
+    )
+    api.add_execution_point(NODE, "desk")
+    launcher = FakeLauncher()
+    desk = example_machine("node-a.yaml")  # KeyboardIdle 3600 among its facts
+    machines = MachineBox(desk)
+
+    def keyboard_idle(seconds: int) -> None:  # the machine file edited, as on the dev cluster
+        facts = {**desk.attributes, "KeyboardIdle": seconds}
+        machines.machine = desk.model_copy(update={"attributes": facts})
+
+    agent = Agent(
+        AgentConfig(node_name=NODE, polling_interval=5.0),
+        api,
+        machines,
+        live=lambda _now: {},
+        clock=clock,
+        jobs=JobRunner(api, launcher, clock),
+    )
+    agent.step()
+    api.job_objects["default/hello"] = matched("hello", "uid-hello#1")
+    _tick(agent, clock)
+    keyboard_idle(0)
+    _tick(agent, clock)
+    assert api.execution("hello")["state"] == "Suspended"
+    assert launcher.signals == [("default/hello", "freeze")]
+    launcher.frozen.clear()  # thawed by someone else
+    _tick(agent, clock)
+    assert launcher.signals[-1] == ("default/hello", "freeze")
+    keyboard_idle(3600)
+    _tick(agent, clock)
+    assert api.execution("hello")["state"] == "Running"
+    assert launcher.signals[-1] == ("default/hello", "thaw")
+    _tick(agent, clock)
+    assert launcher.signals[-1] == ("default/hello", "thaw")  # thawed for good
