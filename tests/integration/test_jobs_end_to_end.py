@@ -5,6 +5,7 @@ condor's. The cluster has the operator (webhooks, negotiator) and one agent per 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -85,11 +86,34 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     if reason:
         pytest.skip(reason)
     tmp = tmp_path_factory.mktemp("jobs")
+    policy = slot_policy("everything", {"kondor.io/pool": "cpu"})
+    with job_cluster(tmp, [MACHINES / "kwok-small.yaml"], [policy]) as made:
+        yield made
+
+
+def slot_policy(name: str, labels: dict[str, str], condor_config: str = "") -> dict[str, Any]:
+    spec: dict[str, Any] = {"nodeSelector": {"matchLabels": labels}}
+    if condor_config:
+        spec["condorConfig"] = condor_config
+    return {
+        "apiVersion": "kondor.io/v1alpha1",
+        "kind": "SlotPolicy",
+        "metadata": {"name": name},
+        "spec": spec,
+    }
+
+
+@contextlib.contextmanager
+def job_cluster(
+    tmp: Path, machines: list[Path], policies: list[dict[str, Any]]
+) -> Iterator[Cluster]:
+    """A dev cluster of its own (operator, one agent per machine) with `policies` applied,
+    a negotiator interval of 2 s, and every node's slots Unclaimed."""
     spec = ClusterSpec(
         port=free_port(),
         kubeconfig=tmp / "kubeconfig",
         state_dir=tmp / "state",
-        nodes=(MACHINES / "kwok-small.yaml",),
+        nodes=tuple(machines),
         operator=True,
         agents=True,
     )
@@ -97,14 +121,8 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     dev.start()
     try:
         made = Cluster(spec.kubeconfig)
-        made.apply(
-            {
-                "apiVersion": "kondor.io/v1alpha1",
-                "kind": "SlotPolicy",
-                "metadata": {"name": "everything"},
-                "spec": {"nodeSelector": {"matchLabels": {"kondor.io/pool": "cpu"}}},
-            }
-        )
+        for policy in policies:
+            made.apply(policy)
         made.apply(
             {
                 "apiVersion": "kondor.io/v1alpha1",
@@ -113,11 +131,15 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
                 "spec": {"negotiatorInterval": 2},
             }
         )
-        eventually(
-            lambda: [s for s in made.slots() if s["state"] == "Unclaimed"],
-            60,
-            "the node's partitionable slot is Unclaimed",
-        )
+        nodes = [yaml.safe_load(path.read_text())["name"] for path in machines]
+
+        def unclaimed() -> bool:
+            slots = [
+                s for n in nodes for s in made.get("executionpoints", n, None)["status"]["slots"]
+            ]
+            return bool(slots) and all(s["state"] == "Unclaimed" for s in slots)
+
+        eventually(unclaimed, 60, "every node's slots Unclaimed")
         yield made
     finally:
         dev.stop()

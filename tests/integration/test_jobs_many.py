@@ -5,17 +5,14 @@ are real processes that log their start and end, so the overlap is measured, not
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import yaml
 
-from kondor_devcluster.cluster import ClusterSpec, DevCluster, free_port
-
 from .conftest import skip_reason
-from .test_jobs_end_to_end import Cluster, eventually, process_job
+from .test_jobs_end_to_end import Cluster, eventually, job_cluster, process_job, slot_policy
 
 SLOTS = 8
 POLICY = "SLOT_TYPE_1 = cpus=1\nNUM_SLOTS_TYPE_1 = $(NUM_CPUS)\n"
@@ -43,54 +40,14 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
             )
         )
         machines.append(path)
-    spec = ClusterSpec(
-        port=free_port(),
-        kubeconfig=tmp / "kubeconfig",
-        state_dir=tmp / "state",
-        nodes=tuple(machines),
-        operator=True,
-        agents=True,
-    )
-    dev = DevCluster(spec, log=sys.stderr)
-    dev.start()
-    try:
-        made = Cluster(spec.kubeconfig)
-        for name, pool, extra in (
-            ("batch", "batch", ""),
-            ("picky", "picky", 'START = Owner != "bob"\n'),
-        ):
-            made.apply(
-                {
-                    "apiVersion": "kondor.io/v1alpha1",
-                    "kind": "SlotPolicy",
-                    "metadata": {"name": name},
-                    "spec": {
-                        "nodeSelector": {"matchLabels": {"kondor.io/pool": pool}},
-                        "condorConfig": POLICY + extra,
-                    },
-                }
-            )
-        made.apply(
-            {
-                "apiVersion": "kondor.io/v1alpha1",
-                "kind": "Pool",
-                "metadata": {"name": "default"},
-                "spec": {"negotiatorInterval": 2},
-            }
-        )
-
-        def unclaimed() -> bool:
-            slots = [
-                s
-                for node in ("b-0", "b-1", "b-2")
-                for s in made.get("executionpoints", node, None)["status"]["slots"]
-            ]
-            return len(slots) == SLOTS and all(s["state"] == "Unclaimed" for s in slots)
-
-        eventually(unclaimed, 60, "eight Unclaimed one-core slots")
+    policies = [
+        slot_policy("batch", {"kondor.io/pool": "batch"}, POLICY),
+        slot_policy("picky", {"kondor.io/pool": "picky"}, POLICY + 'START = Owner != "bob"\n'),
+    ]
+    with job_cluster(tmp, machines, policies) as made:
+        published = [made.get("executionpoints", n, None)["status"] for n in ("b-0", "b-1", "b-2")]
+        assert sum(len(status["slots"]) for status in published) == SLOTS
         yield made
-    finally:
-        dev.stop()
 
 
 def test_forty_jobs_on_eight_slots(cluster: Cluster, tmp_path: Path) -> None:

@@ -5,7 +5,6 @@ is thawed and goes on. The owner is made busy by editing the node's machine file
 
 from __future__ import annotations
 
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -14,10 +13,15 @@ from typing import Any
 import pytest
 import yaml
 
-from kondor_devcluster.cluster import ClusterSpec, DevCluster, free_port
-
 from .conftest import skip_reason
-from .test_jobs_end_to_end import Cluster, _memory_limits_work, eventually, process_job
+from .test_jobs_end_to_end import (
+    Cluster,
+    _memory_limits_work,
+    eventually,
+    job_cluster,
+    process_job,
+    slot_policy,
+)
 
 NODE = "desk-0"
 POLICY = """POLLING_INTERVAL = 1
@@ -47,49 +51,9 @@ def desk(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Cluster, Pa
     tmp = tmp_path_factory.mktemp("suspend")
     machine_file = tmp / f"{NODE}.yaml"
     machine_file.write_text(yaml.safe_dump(machine(3600)))
-    spec = ClusterSpec(
-        port=free_port(),
-        kubeconfig=tmp / "kubeconfig",
-        state_dir=tmp / "state",
-        nodes=(machine_file,),
-        operator=True,
-        agents=True,
-    )
-    dev = DevCluster(spec, log=sys.stderr)
-    dev.start()
-    try:
-        made = Cluster(spec.kubeconfig)
-        made.apply(
-            {
-                "apiVersion": "kondor.io/v1alpha1",
-                "kind": "SlotPolicy",
-                "metadata": {"name": "desk"},
-                "spec": {
-                    "nodeSelector": {"matchLabels": {"kondor.io/pool": "desk"}},
-                    "condorConfig": POLICY,
-                },
-            }
-        )
-        made.apply(
-            {
-                "apiVersion": "kondor.io/v1alpha1",
-                "kind": "Pool",
-                "metadata": {"name": "default"},
-                "spec": {"negotiatorInterval": 2},
-            }
-        )
-        eventually(
-            lambda: [
-                s
-                for s in made.get("executionpoints", NODE, None)["status"]["slots"]
-                if s["state"] == "Unclaimed"
-            ],
-            60,
-            "the desk's slot Unclaimed",
-        )
+    policy = slot_policy("desk", {"kondor.io/pool": "desk"}, POLICY)
+    with job_cluster(tmp, [machine_file], [policy]) as made:
         yield made, machine_file
-    finally:
-        dev.stop()
 
 
 def _count(path: Path) -> int:

@@ -114,25 +114,47 @@ def matched(name: str, claim: str, slot: str = f"slot1@{NODE}", **spec: Any) -> 
     }
 
 
-@pytest.fixture
-def node() -> tuple[JobsAPI, FakeClock, FakeLauncher, Agent]:
+Node = tuple[JobsAPI, FakeClock, FakeLauncher, Agent]
+
+
+def policy(name: str, condor_config: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "kondor.io/v1alpha1",
+        "kind": "SlotPolicy",
+        "metadata": {"name": name},
+        "spec": {"condorConfig": condor_config},
+    }
+
+
+def start_node(slot_policy: dict[str, Any], machines: MachineBox | None = None) -> Node:
+    """node-a under `slot_policy` with its agent, the fake API and launcher; slots Unclaimed."""
     api = JobsAPI()
     clock = FakeClock()
     api.clock = clock
-    policy = load_yaml(EXAMPLES / "policies" / "default.yaml")
-    api.add_policy(policy)
-    api.add_execution_point(NODE, "default")
+    api.add_policy(slot_policy)
+    api.add_execution_point(NODE, slot_policy["metadata"]["name"])
     launcher = FakeLauncher()
-    agent = Agent(
+    agent = new_agent(api, clock, launcher, machines)
+    agent.step()  # Owner -> Unclaimed
+    return api, clock, launcher, agent
+
+
+def new_agent(
+    api: JobsAPI, clock: FakeClock, launcher: FakeLauncher, machines: MachineBox | None = None
+) -> Agent:
+    return Agent(
         AgentConfig(node_name=NODE, polling_interval=5.0),
         api,
-        MachineBox(example_machine("node-a.yaml")),
+        machines or MachineBox(example_machine("node-a.yaml")),
         live=lambda _now: {},
         clock=clock,
         jobs=JobRunner(api, launcher, clock),
     )
-    agent.step()  # Owner -> Unclaimed
-    return api, clock, launcher, agent
+
+
+@pytest.fixture
+def node() -> Node:
+    return start_node(load_yaml(EXAMPLES / "policies" / "default.yaml"))
 
 
 def _tick(agent: Agent, clock: FakeClock, seconds: float = 5.0) -> None:
@@ -228,14 +250,7 @@ def test_a_restarted_agent_vacates_the_jobs_it_no_longer_holds(node: Any) -> Non
     # followed by the operator: still Idle, but its claim was answered
     api.job_objects["default/old"] = running
     api.job_objects["default/done"] = finished
-    restarted = Agent(
-        AgentConfig(node_name=NODE, polling_interval=5.0),
-        api,
-        MachineBox(example_machine("node-a.yaml")),
-        live=lambda _now: {},
-        clock=clock,
-        jobs=JobRunner(api, launcher, clock),
-    )
+    restarted = new_agent(api, clock, launcher)
     restarted.step()
     vacated = api.execution("old")
     assert (vacated["state"], vacated["reason"]) == (
@@ -249,28 +264,9 @@ def test_a_restarted_agent_vacates_the_jobs_it_no_longer_holds(node: Any) -> Non
 def test_rank_preemption_kills_the_running_job_and_starts_the_preferred_one() -> None:
     """ "The RANK Expression": a Claimed slot whose RANK prefers a new job is preempted; the
     new claim waits until the old job is gone, then is activated (transition 23)."""
-    api = JobsAPI()
-    clock = FakeClock()
-    api.clock = clock
-    api.add_policy(
-        {
-            "apiVersion": "kondor.io/v1alpha1",
-            "kind": "SlotPolicy",
-            "metadata": {"name": "jones-first"},
-            "spec": {"condorConfig": 'NUM_SLOTS = 1\nNUM_CPUS = 1\nRANK = Owner == "jones"'},
-        }
+    api, clock, launcher, agent = start_node(
+        policy("jones-first", 'NUM_SLOTS = 1\nNUM_CPUS = 1\nRANK = Owner == "jones"')
     )
-    api.add_execution_point(NODE, "jones-first")
-    launcher = FakeLauncher()
-    agent = Agent(
-        AgentConfig(node_name=NODE, polling_interval=5.0),
-        api,
-        MachineBox(example_machine("node-a.yaml")),
-        live=lambda _now: {},
-        clock=clock,
-        jobs=JobRunner(api, launcher, clock),
-    )
-    agent.step()
     garrison = matched("garrison", "uid-garrison#1", owner="garrison")
     api.job_objects["default/garrison"] = garrison
     _tick(agent, clock)
@@ -290,22 +286,6 @@ def test_rank_preemption_kills_the_running_job_and_starts_the_preferred_one() ->
 def test_a_suspended_job_thawed_behind_the_startd_s_back_is_frozen_again() -> None:
     """SUSPEND freezes; a freeze is re-checked every cycle (runtimes thaw cgroups during
     their own updates), and CONTINUE thaws for good."""
-    api = JobsAPI()
-    clock = FakeClock()
-    api.clock = clock
-    api.add_policy(
-        {
-            "apiVersion": "kondor.io/v1alpha1",
-            "kind": "SlotPolicy",
-            "metadata": {"name": "desk"},
-            "spec": {
-                "condorConfig": "WANT_SUSPEND = True\nSUSPEND = KeyboardIdle < 60\n"
-                "CONTINUE = KeyboardIdle >= 60\nPREEMPT = False\n"
-            },
-        }
-    )
-    api.add_execution_point(NODE, "desk")
-    launcher = FakeLauncher()
     desk = example_machine("node-a.yaml")  # KeyboardIdle 3600 among its facts
     machines = MachineBox(desk)
 
@@ -313,15 +293,9 @@ def test_a_suspended_job_thawed_behind_the_startd_s_back_is_frozen_again() -> No
         facts = {**desk.attributes, "KeyboardIdle": seconds}
         machines.machine = desk.model_copy(update={"attributes": facts})
 
-    agent = Agent(
-        AgentConfig(node_name=NODE, polling_interval=5.0),
-        api,
-        machines,
-        live=lambda _now: {},
-        clock=clock,
-        jobs=JobRunner(api, launcher, clock),
-    )
-    agent.step()
+    suspending = "WANT_SUSPEND = True\nSUSPEND = KeyboardIdle < 60\n"
+    suspending += "CONTINUE = KeyboardIdle >= 60\nPREEMPT = False\n"
+    api, clock, launcher, agent = start_node(policy("desk", suspending), machines)
     api.job_objects["default/hello"] = matched("hello", "uid-hello#1")
     _tick(agent, clock)
     keyboard_idle(0)
