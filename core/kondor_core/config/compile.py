@@ -88,7 +88,12 @@ def compile_policy(spec: SlotPolicySpec) -> EffectivePolicy:
     structured fields overriding the snippet are in `EffectivePolicy.warnings`.
     """
     snippet = parse_snippet(spec.condor_config)
-    table = snippet.table.with_macros(spec.macros, source="spec.macros")
+    try:
+        table = snippet.table.with_macros(spec.macros, source="spec.macros")
+    except MacroError as err:
+        raise PolicyError(
+            [*(str(error) for error in snippet.errors), f"spec.macros.{err}"]
+        ) from None
     compiler = _Compiler(spec, table)
     compiler.problems.extend(str(error) for error in snippet.errors)
     compiler.warnings.extend(snippet.notes)

@@ -21,6 +21,12 @@ describes it:
 
 Unlike HTCondor, a reference to a macro nothing defines is an error naming the
 macro and where it was used, not an empty string: it is almost always a typo.
+
+Expansion is bounded, since the snippet comes from a user and is expanded inside the
+operator's admission webhook and the agent: a value may expand to at most
+`MAX_EXPANSION_LENGTH` characters (a macro that doubles another, forty times, would fill the
+memory) through at most `MAX_EXPANSION_DEPTH` nested references (a long chain would exhaust
+the interpreter's recursion limit). Either bound is a MacroError naming the knob.
 """
 
 from __future__ import annotations
@@ -36,6 +42,12 @@ from kondor_core.errors import KondorError
 SOURCE = "condorConfig"
 BUILTIN = "built-in"
 _MAX_TEMPLATE_DEPTH = 16
+
+#: The longest value a macro may expand to, in characters (HTCondor's own configuration
+#: files hold nothing near it; the largest template expands to about 2,000).
+MAX_EXPANSION_LENGTH = 256 * 1024
+#: How deeply $(...) references may nest, through macros or inside one another.
+MAX_EXPANSION_DEPTH = 64
 
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.]*")
 _ASSIGN = re.compile(r"([A-Za-z_][A-Za-z0-9_.]*)\s*=(.*)", re.DOTALL)
@@ -144,12 +156,12 @@ class MacroTable:
         definition = self.get(name)
         if definition is None:
             return None
-        return self._expand_definition(definition, ())
+        return self._expand_definition(definition, (), 0)
 
     def expand(self, text: str, *, owner: Definition) -> Expansion:
         """Expand the $(...) in `text`, which belongs to `owner` (for error messages)."""
         used: set[str] = set()
-        value = self._expand(text, (owner,), used)
+        value = self._expand(text, (owner,), used, 0)
         return Expansion(value, frozenset(used))
 
     def with_macros(self, macros: Mapping[str, str], *, source: str) -> MacroTable:
@@ -164,21 +176,30 @@ class MacroTable:
         return MacroTable(definitions)
 
     def _expand_definition(
-        self, definition: Definition, stack: tuple[Definition, ...]
+        self, definition: Definition, stack: tuple[Definition, ...], level: int
     ) -> Expansion:
         key = definition.name.upper()
         cached = self._cache.get(key)
         if cached is not None and self.get(definition.name) is definition:
             return cached
         used: set[str] = set()
-        value = self._expand(definition.value, (*stack, definition), used)
+        value = self._expand(definition.value, (*stack, definition), used, level)
         expansion = Expansion(value.strip(), frozenset(used))
         if self.get(definition.name) is definition:
             self._cache[key] = expansion
         return expansion
 
-    def _expand(self, text: str, stack: tuple[Definition, ...], used: set[str]) -> str:
+    def _expand(self, text: str, stack: tuple[Definition, ...], used: set[str], level: int) -> str:
+        """`text` with its $(...) expanded; `level` counts the references around it."""
+        if level > MAX_EXPANSION_DEPTH:
+            raise MacroError(
+                f"{_knob_where(stack)}: macros nest more than {MAX_EXPANSION_DEPTH} deep "
+                f"(reached by {' -> '.join(d.name for d in stack[-8:])}); "
+                "shorten the chain of $(...) references",
+                key="depth",
+            )
         out: list[str] = []
+        size = 0
         index = 0
         while (start := text.find("$", index)) >= 0:
             out.append(text[index:start])
@@ -193,7 +214,19 @@ class MacroTable:
                     raise MacroError(
                         f"{_where(stack)}: '$(' has no closing ')' in {text.strip()!r}"
                     )
-                out.append(self._reference(text[start + 2 : close], stack, used))
+                expanded = self._reference(text[start + 2 : close], stack, used, level + 1)
+                out.append(expanded)
+                size += start - index + len(expanded)
+                if size > MAX_EXPANSION_LENGTH:
+                    reached = ""
+                    if len(stack) > 1:
+                        reached = f", reached by {' -> '.join(d.name for d in stack[:8])}"
+                    raise MacroError(
+                        f"{_where(stack)}: expands to more than {MAX_EXPANSION_LENGTH} "
+                        f"characters (at $({text[start + 2 : close].strip()[:40]}){reached}); "
+                        "a macro that repeats another several times multiplies its length",
+                        key=f"length {stack[-1].name.upper()}",
+                    )
                 index = close + 1
             else:
                 out.append("$")
@@ -201,9 +234,11 @@ class MacroTable:
         out.append(text[index:])
         return "".join(out)
 
-    def _reference(self, inner: str, stack: tuple[Definition, ...], used: set[str]) -> str:
+    def _reference(
+        self, inner: str, stack: tuple[Definition, ...], used: set[str], level: int
+    ) -> str:
         name_part, has_default, default = _split_default(inner)
-        name = self._expand(name_part, stack, used) if "$" in name_part else name_part
+        name = self._expand(name_part, stack, used, level) if "$" in name_part else name_part
         name = name.strip()
         if name.upper() == "DOLLAR":
             return "$"
@@ -222,11 +257,11 @@ class MacroTable:
                     key=f"cycle {' '.join(members)}",
                 )
             used.add(definition.name.upper())
-            expansion = self._expand_definition(definition, stack)
+            expansion = self._expand_definition(definition, stack, level)
             used.update(expansion.used)
             return expansion.value
         if has_default:
-            return self._expand(default, stack, used)
+            return self._expand(default, stack, used, level)
         reached = ""
         if len(stack) > 1:
             reached = f" (reached by {' -> '.join(d.name for d in stack)})"
@@ -239,6 +274,12 @@ class MacroTable:
 
 def _where(stack: tuple[Definition, ...]) -> str:
     owner = stack[-1]
+    return owner.origin.label(owner.name)
+
+
+def _knob_where(stack: tuple[Definition, ...]) -> str:
+    """The knob whose expansion went too far (the outermost definition), for the bounds."""
+    owner = stack[0]
     return owner.origin.label(owner.name)
 
 
@@ -295,6 +336,13 @@ def _append_self(name: str, value: str, previous: Definition | None) -> str:
     if not pattern.search(value):
         return value
     before = previous.value if previous is not None and previous.value.strip() else None
+    grown = len(value) + len(pattern.findall(value)) * len(before or "")
+    if grown > MAX_EXPANSION_LENGTH:
+        raise MacroError(
+            f"{name}: appending to its own value makes it longer than {MAX_EXPANSION_LENGTH} "
+            "characters; a value that repeats $(" + name + ") doubles with every line",
+            key=f"length {name.upper()}",
+        )
 
     def replace(match: re.Match[str]) -> str:
         if before is not None:
@@ -586,7 +634,11 @@ class _Reader:
         previous = self.definitions.pop(key, None)
         if previous is None and dot:
             previous = self.definitions.get(bare.upper())
-        new_value = _append_self(bare if dot else name, value, previous)
+        try:
+            new_value = _append_self(bare if dot else name, value, previous)
+        except MacroError as err:
+            self._fail(line, use, str(err))
+            return
         self.definitions[key] = Definition(name, new_value, self._origin(line, use))
 
     def _origin(self, line: _Line, use: Origin | None) -> Origin:

@@ -348,3 +348,60 @@ def test_any_snippet_compiles_or_raises_policy_error(lines: list[str]) -> None:
         compile_policy(SlotPolicySpec(condor_config=text))
     except PolicyError as err:
         assert err.problems
+
+
+# -- bounds (issue 18: hostile input) ---------------------------------------------------------
+
+
+def _doubling(levels: int) -> str:
+    lines = ["A0 = x"]
+    lines += [f"A{n} = $(A{n - 1})$(A{n - 1})" for n in range(1, levels + 1)]
+    return "\n".join([*lines, f"START = $(A{levels}) == 1"])
+
+
+def _problems(text: str, **spec: object) -> list[str]:
+    with pytest.raises(PolicyError) as refused:
+        compile_policy(SlotPolicySpec.model_validate({"condorConfig": text, **spec}))
+    return refused.value.problems
+
+
+def test_a_doubling_macro_is_refused_naming_the_knob() -> None:
+    problems = _problems(_doubling(40))
+    assert len(problems) == 1, problems
+    assert problems[0].startswith("condorConfig line 20 (A19): expands to more than 262144")
+    assert "reached by START -> A40 -> A39" in problems[0]
+
+
+def test_a_value_that_doubles_itself_line_by_line_is_refused() -> None:
+    text = "A = x\n" + "A = $(A)$(A)\n" * 40
+    problems = _problems(text)
+    assert any("appending to its own value makes it longer" in p for p in problems), problems
+    assert problems[0].startswith("condorConfig line 19: 'A = $(A)$(A)': A: appending")
+
+
+def test_spec_macros_that_double_themselves_are_refused() -> None:
+    big = "y" * 200_000
+    problems = _problems(f"A = {big}", macros={"A": "$(A)$(A)"})
+    assert problems == [
+        "spec.macros.A: appending to its own value makes it longer than 262144 characters; "
+        "a value that repeats $(A) doubles with every line"
+    ]
+
+
+def test_a_long_chain_of_macros_is_refused_naming_the_knob() -> None:
+    lines = [f"M{n} = $(M{n + 1})" for n in range(5000)] + ["M5000 = 1", "START = $(M0)"]
+    problems = _problems("\n".join(lines))
+    assert len(problems) == 1, problems
+    assert "macros nest more than 64 deep" in problems[0]
+
+
+def test_deeply_nested_references_in_one_value_are_refused() -> None:
+    problems = _problems("START = " + "$(" * 3000 + "A" + ")" * 3000)
+    assert len(problems) == 1, problems
+    assert "macros nest more than 64 deep" in problems[0]
+
+
+def test_a_chain_within_the_bound_expands() -> None:
+    lines = [f"M{n} = $(M{n + 1})" for n in range(40)] + ["M40 = True", "START = $(M0)"]
+    policy = compile_policy(SlotPolicySpec.model_validate({"condorConfig": "\n".join(lines)}))
+    assert policy.expressions["START"] == "True"
