@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 from pydantic import ValidationError
 
@@ -88,6 +88,13 @@ class Launcher(Protocol):
 
     def clear(self) -> int:
         """Kill whatever jobs a previous agent left running on the node; how many."""
+
+
+@runtime_checkable
+class Configurable(Protocol):
+    """A launcher that takes settings from the node's policy (the knobs in its macros)."""
+
+    def configure(self, macros: Mapping[str, str]) -> None: ...
 
 
 @dataclass
@@ -212,6 +219,8 @@ class JobRunner:
                         ),
                     )
             elif action.kind is ActionKind.START_JOB:
+                if isinstance(self.launcher, Configurable):
+                    self.launcher.configure(node.policy.macros)
                 ads = (
                     ads
                     if ads is not None
@@ -356,6 +365,11 @@ class RuntimeLaunchers:
 
     def clear(self) -> int:
         return sum(launcher.clear() for launcher in (self.process, self.pod) if launcher)
+
+    def configure(self, macros: Mapping[str, str]) -> None:
+        for launcher in (self.process, self.pod):
+            if isinstance(launcher, Configurable):
+                launcher.configure(macros)
 
 
 @dataclass(frozen=True)

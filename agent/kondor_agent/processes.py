@@ -3,19 +3,25 @@
 Each claim of a job gets its own directory under the execute dir (`<namespace>.<name>.<n>`,
 n the claim's number), so a job matched again after a vacate starts afresh while the last
 run's output stays for `kubectl kondor tail` until the ExecutionJob is deleted. The slot's
-Cpus and Memory become the job cgroup's CPU weight and memory limit.
+Cpus and Memory become the job cgroup's CPU weight and memory limit, as the SlotPolicy's
+CGROUP_MEMORY_LIMIT_POLICY, DISABLE_SWAP_FOR_JOB and Kondor's CPU and pids knobs say
+(`kondor_agent.execute.limits`).
 """
 
 from __future__ import annotations
 
+import logging
 import signal
+from collections.abc import Mapping
 from typing import Any
 
 from kondor_agent.execute.launcher import JobHandle, ProcessLauncher
-from kondor_agent.execute.limits import slot_limits
+from kondor_agent.execute.limits import ExecuteSettings, SettingsError, slot_limits
 from kondor_agent.jobs import Outcome
 from kondor_core.api import ExecutionJob
 from kondor_core.slots import SlotAd
+
+log = logging.getLogger("kondor_agent.processes")
 
 
 class ProcessJobs:
@@ -23,6 +29,20 @@ class ProcessJobs:
 
     def __init__(self, launcher: ProcessLauncher) -> None:
         self.launcher = launcher
+        self.settings = ExecuteSettings()
+        self._macros: Mapping[str, str] | None = None
+
+    def configure(self, macros: Mapping[str, str]) -> None:
+        """Take the limits' knobs from the policy's macros. A value Kondor does not understand
+        is logged, naming the knob, and the default is kept: the default limits the most."""
+        if macros == self._macros:
+            return
+        self._macros = dict(macros)
+        try:
+            self.settings = ExecuteSettings.from_macros(macros)
+        except SettingsError as err:
+            log.error("%s; jobs are limited by the defaults (%s)", err, ExecuteSettings())
+            self.settings = ExecuteSettings()
 
     def launch(self, job: ExecutionJob, job_id: str, slot: SlotAd, job_ad_text: str) -> JobHandle:
         runtime = job.spec.process or job.spec.apptainer
@@ -32,13 +52,22 @@ class ProcessJobs:
         namespace, _, name = job_id.partition("/")
         attributes = slot.attributes
         memory = int(_number(attributes.get("Memory")))
+        total = int(_number(attributes.get("TotalMemory"))) or None
+        limits = None
+        if memory > 0:
+            limits = slot_limits(
+                _number(attributes.get("Cpus")),
+                memory,
+                settings=self.settings,
+                machine_memory_mib=total,
+            )
         return self.launcher.launch(
             f"{namespace}.{name}.{number}",
             runtime,
             job_ad_text,
             slot.to_classad().printOld(),  # the slot's ad is the job's machine ad
             slot=slot.name,
-            limits=slot_limits(_number(attributes.get("Cpus")), memory) if memory > 0 else None,
+            limits=limits,
         )
 
     def poll(self, handle: JobHandle) -> Outcome | None:

@@ -9,7 +9,7 @@ and kills every process in it, however the job forked or detached.
 Which hierarchy does what is decided once, in `JobCgroups.open`, from the
 layout `CgroupFS` detects (the same detection the agent reads limits with):
 
-- memory and cpu: where the controller is attached (v2 when the unified
+- memory, cpu and pids: where the controller is attached (v2 when the unified
   hierarchy lists it, else its v1 directory);
 - CPU accounting: the unified hierarchy's `cpu.stat` when there is one (v2
   accounts CPU time without the cpu controller), else v1 `cpuacct`;
@@ -40,6 +40,7 @@ from kondor_agent.detect._cgroups import CgroupFS, CgroupVersion, parse_keyed
 from kondor_agent.detect._hostfs import DetectionError, HostFS
 from kondor_agent.execute.limits import (
     CPU_PERIOD_US,
+    SHARES_PER_CPU,
     CgroupLimits,
     cpu_quota_us,
     cpu_shares,
@@ -65,6 +66,8 @@ class CgroupUsage:
     sys_cpu_seconds: float | None
     peak_memory_bytes: int | None
     memory_bytes: int | None
+    #: The processes in the cgroup now (HTCondor's NumPids).
+    num_pids: int = 0
 
 
 @dataclass(frozen=True)
@@ -132,6 +135,7 @@ class JobCgroups:
         cpuacct: _Hierarchy | None,
         freezer: _Hierarchy | None,
         killer: _Hierarchy | None,
+        pids: _Hierarchy | None = None,
         kill: Callable[[int, int], None] = os.kill,
     ) -> None:
         self.version = version
@@ -140,8 +144,9 @@ class JobCgroups:
         self._cpuacct = cpuacct
         self._freezer = freezer
         self._killer = killer
+        self._pids = pids
         self._kill = kill
-        found = [memory, cpu, cpuacct, freezer, killer]
+        found = [memory, cpu, cpuacct, freezer, killer, pids]
         self._all: list[_Hierarchy] = []
         for hierarchy in found:
             if hierarchy is not None and all(h.base != hierarchy.base for h in self._all):
@@ -213,6 +218,7 @@ class JobCgroups:
             cpuacct=unified if unified is not None else controller("cpuacct"),
             freezer=freezer,
             killer=killer,
+            pids=controller("pids"),
             kill=kill,
         )
         cgroups.create(SUPERVISORS)
@@ -231,7 +237,7 @@ class JobCgroups:
 
         kill = "cgroup.kill" if self._killer is not None else "SIGKILL each pid"
         return (
-            f"memory={where(self._memory)} cpu={where(self._cpu)} "
+            f"memory={where(self._memory)} cpu={where(self._cpu)} pids={where(self._pids)} "
             f"accounting={where(self._cpuacct)} freezer={where(self._freezer)} kill={kill}"
         )
 
@@ -252,6 +258,18 @@ class JobCgroups:
     @property
     def can_freeze(self) -> bool:
         return self._freezer is not None
+
+    @property
+    def can_limit_pids(self) -> bool:
+        return self._pids is not None
+
+    @property
+    def can_limit_swap(self) -> bool:
+        """Whether the kernel accounts swap per cgroup (v2, or v1 booted with swapaccount)."""
+        memory = self._memory
+        if memory is None:
+            return False
+        return _has(memory, "memory.swap.max" if memory.v2 else "memory.memsw.limit_in_bytes")
 
     # -- names -------------------------------------------------------------------------
 
@@ -299,7 +317,7 @@ class JobCgroups:
         """v2 gives a cgroup a controller only when every ancestor enables it for its children."""
         wanted = [
             name
-            for name, h in (("memory", self._memory), ("cpu", self._cpu))
+            for name, h in (("memory", self._memory), ("cpu", self._cpu), ("pids", self._pids))
             if h is not None and h.base == hierarchy.base
         ]
         if not wanted:
@@ -317,11 +335,29 @@ class JobCgroups:
                 _write(control, " ".join(f"+{name}" for name in missing))
 
     def set_limits(self, cgroup: str, limits: CgroupLimits) -> None:
-        """Write `limits` where the controller exists; a missing controller limits nothing."""
+        """Write `limits` where the controller exists; a missing controller limits nothing.
+
+        The soft limit is v1's memory.soft_limit_in_bytes and v2's memory.low (what the
+        kernel reclaims last under pressure: below it the job is protected, above it its
+        memory goes first). No swap (swap_bytes 0) is v1's memsw limit equal to the hard
+        limit, v2's memory.swap.max 0; where the kernel accounts no swap it is not written.
+        """
         memory = self._memory
-        if memory is not None and limits.memory_bytes is not None:
-            name = "memory.max" if memory.v2 else "memory.limit_in_bytes"
-            _write(memory.file(cgroup, name), str(limits.memory_bytes))
+        if memory is not None:
+            if limits.memory_bytes is not None:
+                name = "memory.max" if memory.v2 else "memory.limit_in_bytes"
+                _write(memory.file(cgroup, name), str(limits.memory_bytes))
+            if limits.memory_soft_bytes is not None:
+                name = "memory.low" if memory.v2 else "memory.soft_limit_in_bytes"
+                _write(memory.file(cgroup, name), str(limits.memory_soft_bytes))
+            if limits.swap_bytes is not None and self.can_limit_swap:
+                if memory.v2:
+                    _write(memory.file(cgroup, "memory.swap.max"), str(limits.swap_bytes))
+                elif limits.memory_bytes is not None:
+                    total = limits.memory_bytes + limits.swap_bytes
+                    _write(memory.file(cgroup, "memory.memsw.limit_in_bytes"), str(total))
+        if self._pids is not None and limits.pids_max is not None:
+            _write(self._pids.file(cgroup, "pids.max"), str(limits.pids_max))
         cpu = self._cpu
         if cpu is None:
             return
@@ -339,12 +375,28 @@ class JobCgroups:
 
     def limits(self, cgroup: str) -> CgroupLimits:
         """The limits written on `cgroup` (what the kernel reports back)."""
-        memory_bytes = None
-        if self._memory is not None:
-            name = "memory.max" if self._memory.v2 else "memory.limit_in_bytes"
-            text = (_read(self._memory.file(cgroup, name)) or "max").strip()
-            if text != "max" and int(text) < _V1_UNLIMITED:
-                memory_bytes = int(text)
+        memory_bytes = soft = swap = pids_max = None
+        memory = self._memory
+        if memory is not None:
+            memory_bytes = _bytes(
+                memory.file(cgroup, "memory.max" if memory.v2 else "memory.limit_in_bytes")
+            )
+            # v2's memory.low is 0 when unset; v1's soft limit reads as "unlimited".
+            soft = (
+                _bytes(
+                    memory.file(cgroup, "memory.low" if memory.v2 else "memory.soft_limit_in_bytes")
+                )
+                or None
+            )
+            if memory.v2:
+                swap = _bytes(memory.file(cgroup, "memory.swap.max"))
+            else:
+                memsw = _bytes(memory.file(cgroup, "memory.memsw.limit_in_bytes"))
+                if memsw is not None and memory_bytes is not None:
+                    swap = memsw - memory_bytes
+        if self._pids is not None:
+            text = (_read(self._pids.file(cgroup, "pids.max")) or "max").strip()
+            pids_max = None if text == "max" else int(text)
         weight = quota = None
         if self._cpu is not None:
             if self._cpu.v2:
@@ -356,13 +408,20 @@ class JobCgroups:
                     quota = int(fields[0]) / period
             else:
                 s = _read(self._cpu.file(cgroup, "cpu.shares"))
-                weight = None if s is None else int(s) / 1024
+                weight = None if s is None else int(s) / SHARES_PER_CPU
                 q = int((_read(self._cpu.file(cgroup, "cpu.cfs_quota_us")) or "-1").strip())
                 if q > 0:
                     period_text = _read(self._cpu.file(cgroup, "cpu.cfs_period_us"))
                     period = int(period_text or CPU_PERIOD_US)
                     quota = q / period
-        return CgroupLimits(memory_bytes=memory_bytes, cpu_weight_cpus=weight, cpu_quota_cpus=quota)
+        return CgroupLimits(
+            memory_bytes=memory_bytes,
+            memory_soft_bytes=soft,
+            swap_bytes=swap,
+            cpu_weight_cpus=weight,
+            cpu_quota_cpus=quota,
+            pids_max=pids_max,
+        )
 
     def add(self, cgroup: str, pid: int) -> None:
         """Move process `pid` into `cgroup` in every hierarchy."""
@@ -486,7 +545,22 @@ class JobCgroups:
             sys_cpu_seconds=system,
             peak_memory_bytes=peak,
             memory_bytes=current,
+            num_pids=len(self.pids(cgroup)),
         )
+
+
+def _has(hierarchy: _Hierarchy, name: str) -> bool:
+    """Whether the kernel shows control file `name` in this hierarchy (in Kondor's root, or at
+    the hierarchy's top, where v1 shows every file its children get)."""
+    return hierarchy.file("", name).exists() or (hierarchy.base / name).exists()
+
+
+def _bytes(path: Path) -> int | None:
+    """A memory limit file's value; None for "max", unset, or v1's "unlimited"."""
+    text = (_read(path) or "max").strip()
+    if text == "max" or int(text) >= _V1_UNLIMITED:
+        return None
+    return int(text)
 
 
 def _keyed(text: str, path: Path) -> dict[str, int]:

@@ -51,6 +51,12 @@ STARTD_KNOBS: Mapping[str, str] = {
         "STARTD_SLOT_ATTRS",
         "ALIVE_INTERVAL",
         *(f"{knob}_VANILLA" for knob in _VANILLA_KNOBS),
+        # How the agent limits a job's cgroup ("Limiting Resource Usage Using Cgroups"), and
+        # Kondor's own CPU cap and pids limit (kondor_agent.execute.limits reads them).
+        "CGROUP_MEMORY_LIMIT_POLICY",
+        "DISABLE_SWAP_FOR_JOB",
+        "KONDOR_JOB_CPU_HARD_LIMIT",
+        "KONDOR_JOB_PIDS_MAX",
     )
 }
 

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 from agent_fakes import EXAMPLES, FakeAPI, FakeClock, MachineBox, example_machine, load_yaml
 
+from kondor_agent.execute.limits import ExecuteSettings, MemoryLimitPolicy
 from kondor_agent.jobs import JobRunner, Outcome
 from kondor_agent.loop import Agent, AgentConfig
 from kondor_core.api import ExecutionJob
@@ -51,6 +52,10 @@ class FakeLauncher:
         self.removed: list[str] = []
         self.cleared = 0
         self.frozen: set[str] = set()
+        self.configured: list[dict[str, str]] = []
+
+    def configure(self, macros: Mapping[str, str]) -> None:
+        self.configured.append(dict(macros))
 
     def launch(self, job: ExecutionJob, job_id: str, slot: SlotAd, job_ad_text: str) -> str:
         assert "JobUniverse = 5" in job_ad_text
@@ -311,3 +316,20 @@ def test_a_suspended_job_thawed_behind_the_startd_s_back_is_frozen_again() -> No
     assert launcher.signals[-1] == ("default/hello", "thaw")
     _tick(agent, clock)
     assert launcher.signals[-1] == ("default/hello", "thaw")  # thawed for good
+
+
+def test_the_policys_cgroup_knobs_reach_the_launcher_without_a_warning() -> None:
+    """CGROUP_MEMORY_LIMIT_POLICY and DISABLE_SWAP_FOR_JOB, with HTCondor's names, are the
+    launcher's settings when it starts a job; the compiler knows them (no warning)."""
+    knobs = "CGROUP_MEMORY_LIMIT_POLICY = soft\nDISABLE_SWAP_FOR_JOB = True\n"
+    knobs += "KONDOR_JOB_PIDS_MAX = 512\n"
+    api, clock, launcher, agent = start_node(policy("limits", knobs))
+    assert agent.startd is not None
+    assert not [w for w in agent.startd.warnings if "CGROUP" in w or "SWAP" in w or "PIDS" in w]
+    api.job_objects["default/hello"] = matched("hello", "uid-hello#1")
+    _tick(agent, clock)
+    assert [j for j, _, _ in launcher.launched] == ["default/hello"]
+    configured = launcher.configured[-1]
+    assert ExecuteSettings.from_macros(configured) == ExecuteSettings(
+        memory_policy=MemoryLimitPolicy.SOFT, disable_swap=True, pids_max=512
+    )

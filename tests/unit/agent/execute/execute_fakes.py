@@ -31,6 +31,8 @@ def v2_tree(root: Path) -> Path:
             "kondor/cgroup.freeze": "0\n",
             "kondor/cgroup.kill": "",
             "kondor/cgroup.procs": "",
+            # Shown where the memory controller is and the kernel accounts swap.
+            "kondor/memory.swap.max": "max\n",
         },
     )
     return root

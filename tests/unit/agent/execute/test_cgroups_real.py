@@ -18,7 +18,7 @@ from execute_fakes import wait_for, wait_result
 
 from kondor_agent.execute.cgroups import SUPERVISORS, CgroupError, JobCgroups
 from kondor_agent.execute.launcher import ProcessLauncher
-from kondor_agent.execute.limits import CgroupLimits, slot_limits
+from kondor_agent.execute.limits import CgroupLimits, ExecuteSettings, slot_limits
 from kondor_core.api import ProcessRuntime
 
 AD = 'MyType = "Job"'
@@ -62,13 +62,67 @@ def test_limits_are_written_and_read_back_as_the_kernel_keeps_them(cgroups: JobC
     if not (cgroups.can_limit_memory and cgroups.can_limit_cpu):
         pytest.skip(f"no memory or cpu controller here: {cgroups.describe()}")
     leaf = JobCgroups.job_cgroup("slot1_1", "limits")
-    cgroups.create(leaf, slot_limits(1.5, 96, cap_cpu=True))
+    settings = ExecuteSettings(
+        disable_swap=cgroups.can_limit_swap,
+        cpu_hard_limit=True,
+        pids_max=50 if cgroups.can_limit_pids else None,
+    )
+    cgroups.create(leaf, slot_limits(1.5, 96, settings=settings))
     try:
-        assert cgroups.limits(leaf) == CgroupLimits(
-            memory_bytes=96 << 20, cpu_weight_cpus=1.5, cpu_quota_cpus=1.5
+        got = cgroups.limits(leaf)
+        # The kernel keeps the soft limit rounded to its pages.
+        assert got.memory_soft_bytes is not None
+        assert abs(got.memory_soft_bytes - int((96 << 20) * 0.9)) < 4096 * 4
+        assert got == CgroupLimits(
+            memory_bytes=96 << 20,
+            memory_soft_bytes=got.memory_soft_bytes,
+            swap_bytes=0 if cgroups.can_limit_swap else None,
+            cpu_weight_cpus=1.5,
+            cpu_quota_cpus=1.5,
+            pids_max=settings.pids_max,
         )
     finally:
         cgroups.remove(leaf)
+
+
+def test_a_job_cannot_fork_past_its_pids_limit(
+    launcher: ProcessLauncher, cgroups: JobCgroups
+) -> None:
+    if not cgroups.can_limit_pids:
+        pytest.skip(f"no pids controller here: {cgroups.describe()}")
+    forks = (
+        "import os, time\n"
+        "n = 0\n"
+        "for _ in range(8):\n"
+        "    try:\n"
+        "        pid = os.fork()\n"
+        "    except OSError:\n"
+        "        break\n"
+        "    if pid == 0:\n"
+        "        time.sleep(5)\n"
+        "        os._exit(0)\n"
+        "    n += 1\n"
+        "print(n)\n"
+    )
+    runtime = ProcessRuntime(executable=sys.executable, arguments=["-S", "-c", forks], output="out")
+    limits = slot_limits(1, 64, settings=ExecuteSettings(pids_max=4))
+    handle = launcher.launch("forky", runtime, AD, AD, slot="slot1_1", limits=limits)
+    assert wait_result(launcher, handle).exit_code == 0
+    # The job itself and three children: the fourth fork is refused.
+    assert (handle.scratch / "out").read_text() == "3\n"
+
+
+def test_without_swap_a_job_over_its_memory_is_killed_not_swapped(
+    launcher: ProcessLauncher, cgroups: JobCgroups
+) -> None:
+    if not (cgroups.can_limit_memory and cgroups.can_limit_swap):
+        pytest.skip(f"the kernel accounts no swap per cgroup here: {cgroups.describe()}")
+    grow = "b = bytearray(96 * 1024 * 1024)\nfor i in range(0, len(b), 4096): b[i] = 1\n"
+    runtime = ProcessRuntime(executable=sys.executable, arguments=["-S", "-c", grow])
+    limits = slot_limits(1, 32, settings=ExecuteSettings(disable_swap=True))
+    handle = launcher.launch("noswap", runtime, AD, AD, slot="slot1_1", limits=limits)
+    result = wait_result(launcher, handle, timeout=10)
+    assert result.exit_signal == signal.SIGKILL and result.hold_reason_code == 34, result
 
 
 def test_the_job_runs_in_its_leaf_and_the_supervisor_outside_the_agents_cgroup(

@@ -10,7 +10,12 @@ from execute_fakes import Kills, hybrid_tree, v1_tree, v2_tree
 
 from kondor_agent.detect import CgroupVersion
 from kondor_agent.execute.cgroups import CgroupError, JobCgroups, parse_self_cgroup
-from kondor_agent.execute.limits import CgroupLimits, slot_limits
+from kondor_agent.execute.limits import (
+    CgroupLimits,
+    ExecuteSettings,
+    MemoryLimitPolicy,
+    slot_limits,
+)
 
 CG = "sys/fs/cgroup"
 
@@ -22,18 +27,29 @@ def test_v2_creates_the_leaf_under_its_slot_enables_controllers_and_writes_limit
     assert cgroups.version is CgroupVersion.V2
     assert (tmp_path / CG / "kondor/supervisors").is_dir()
     leaf = JobCgroups.job_cgroup("slot1_1", "job-7")
-    cgroups.create(leaf, slot_limits(2, 512, cap_cpu=True))
+    settings = ExecuteSettings(disable_swap=True, cpu_hard_limit=True, pids_max=100)
+    cgroups.create(leaf, slot_limits(2, 512, settings=settings))
     d = tmp_path / CG / "kondor/slot1_1/job-7"
     assert (d / "memory.max").read_text() == str(512 << 20)
+    # The soft limit (90% of the slot under the hard policy) is v2's memory.low.
+    assert (d / "memory.low").read_text() == str(int((512 << 20) * 0.9))
+    assert (d / "memory.swap.max").read_text() == "0"
+    assert (d / "pids.max").read_text() == "100"
     assert (d / "cpu.weight").read_text() == "200"
     assert (d / "cpu.max").read_text() == "200000 100000"
-    # Every ancestor of the leaf hands memory and cpu down.
-    assert "+memory +cpu" in (tmp_path / CG / "kondor/cgroup.subtree_control").read_text()
-    assert "+memory +cpu" in (tmp_path / CG / "kondor/slot1_1/cgroup.subtree_control").read_text()
+    # Every ancestor of the leaf hands memory, cpu and pids down.
+    for parent in ("kondor", "kondor/slot1_1"):
+        control = (tmp_path / CG / parent / "cgroup.subtree_control").read_text()
+        assert control == "+memory +cpu +pids", parent
     # Already enabled at the top: not written again.
     assert (tmp_path / CG / "cgroup.subtree_control").read_text() == "cpuset cpu io memory pids\n"
     assert cgroups.limits(leaf) == CgroupLimits(
-        memory_bytes=512 << 20, cpu_weight_cpus=2, cpu_quota_cpus=2
+        memory_bytes=512 << 20,
+        memory_soft_bytes=int((512 << 20) * 0.9),
+        swap_bytes=0,
+        cpu_weight_cpus=2,
+        cpu_quota_cpus=2,
+        pids_max=100,
     )
 
 
@@ -47,10 +63,58 @@ def test_v1_writes_limit_in_bytes_shares_and_cfs_quota_in_the_comounted_hierarch
     mem = tmp_path / CG / "memory/kondor/slot1_2/j"
     cpu = tmp_path / CG / "cpu,cpuacct/kondor/slot1_2/j"
     assert (mem / "memory.limit_in_bytes").read_text() == str(100 << 20)
-    assert (cpu / "cpu.shares").read_text() == "512"
+    assert (mem / "memory.soft_limit_in_bytes").read_text() == str(90 << 20)
+    assert not (mem / "memory.memsw.limit_in_bytes").exists()  # swap allowed by default
+    # HTCondor's Cpus * 100.
+    assert (cpu / "cpu.shares").read_text() == "50"
     assert (cpu / "cpu.cfs_quota_us").read_text() == "-1"
     assert (tmp_path / CG / "freezer/kondor/slot1_2/j").is_dir()
-    assert cgroups.limits(leaf) == CgroupLimits(memory_bytes=100 << 20, cpu_weight_cpus=0.5)
+    assert cgroups.limits(leaf) == CgroupLimits(
+        memory_bytes=100 << 20, memory_soft_bytes=90 << 20, cpu_weight_cpus=0.5
+    )
+
+
+@pytest.mark.parametrize(
+    ("settings", "files"),
+    [
+        (
+            ExecuteSettings(memory_policy=MemoryLimitPolicy.SOFT, disable_swap=True),
+            {
+                "memory/memory.limit_in_bytes": str(4096 << 20),
+                "memory/memory.soft_limit_in_bytes": str(100 << 20),
+                "memory/memory.memsw.limit_in_bytes": str(4096 << 20),
+            },
+        ),
+        (
+            ExecuteSettings(memory_policy=MemoryLimitPolicy.NONE, disable_swap=True),
+            {},
+        ),
+        (
+            ExecuteSettings(disable_swap=True, pids_max=32),
+            {
+                "memory/memory.limit_in_bytes": str(100 << 20),
+                "memory/memory.soft_limit_in_bytes": str(90 << 20),
+                "memory/memory.memsw.limit_in_bytes": str(100 << 20),
+                "pids/pids.max": "32",
+            },
+        ),
+    ],
+)
+def test_v1_memory_policies_swap_and_pids(
+    tmp_path: Path, settings: ExecuteSettings, files: dict[str, str]
+) -> None:
+    tree = v1_tree(tmp_path)
+    (tmp_path / CG / "memory/memory.memsw.limit_in_bytes").write_text("9223372036854771712\n")
+    cgroups = JobCgroups.open(tree)
+    leaf = JobCgroups.job_cgroup("slot1_1", "j")
+    cgroups.create(leaf, slot_limits(1, 100, settings=settings, machine_memory_mib=4096))
+    written = {
+        f"{path.relative_to(tmp_path / CG).parts[0]}/{path.name}": path.read_text()
+        for hierarchy in ("memory", "pids")
+        for path in (tmp_path / CG / hierarchy / "kondor/slot1_1/j").glob("*.*")
+        if path.name not in ("cgroup.procs",)
+    }
+    assert written == files
 
 
 def test_hybrid_limits_in_v1_and_freezes_and_kills_through_the_unified_tree(
@@ -70,9 +134,9 @@ def test_hybrid_limits_in_v1_and_freezes_and_kills_through_the_unified_tree(
     cgroups.kill(leaf)
     assert (unified / "cgroup.kill").read_text() == "1"
     assert fake.sent == []
-    # A member joins every hierarchy used: memory, cpu, (v1 freezer unused) and unified.
+    # A member joins every hierarchy used: memory, cpu, pids, (v1 freezer unused) and unified.
     joined = {p.relative_to(tmp_path / CG).parts[0] for p in cgroups.procs_files(leaf)}
-    assert joined == {"memory", "cpu", "unified"}
+    assert joined == {"memory", "cpu", "pids", "unified"}
 
 
 def test_v1_kill_freezes_signals_every_pid_then_thaws(tmp_path: Path) -> None:
