@@ -26,6 +26,7 @@ from kondor_core.api import (
     EXECUTION_POINTS,
     GROUP,
     MERGE_PATCH,
+    POOLS,
     SLOT_POLICIES,
     VERSION,
     format_time,
@@ -203,6 +204,38 @@ class Kube:
                 return None
             raise
         return updated if isinstance(updated, dict) else None
+
+    def read_pool(self, name: str) -> dict[str, Any] | None:
+        """The Pool as the API server has it; None when there is none."""
+        try:
+            found = self.objects.get_cluster_custom_object(GROUP, VERSION, POOLS, name)
+        except ApiException as error:
+            if error.status == 404:
+                return None
+            raise
+        return found if isinstance(found, dict) else None
+
+    def patch_pool_status(self, name: str, patch: Mapping[str, Any]) -> bool:
+        """Merge-patch the Pool's status (the accountant); a missing Pool is created first,
+        with the defaults (an empty spec)."""
+        if self._applied(
+            self.objects.patch_cluster_custom_object_status,
+            *(GROUP, VERSION, POOLS, name, dict(patch)),
+            _content_type=MERGE_PATCH,
+        ):
+            return True
+        manifest = {
+            "apiVersion": f"{GROUP}/{VERSION}",
+            "kind": "Pool",
+            "metadata": {"name": name},
+            "spec": {},
+        }
+        self._applied(self.objects.create_cluster_custom_object, GROUP, VERSION, POOLS, manifest)
+        return self._applied(
+            self.objects.patch_cluster_custom_object_status,
+            *(GROUP, VERSION, POOLS, name, dict(patch)),
+            _content_type=MERGE_PATCH,
+        )
 
     def post_event(self, ref: ObjectRef, event: Event) -> None:
         """Post a core/v1 Event; a failure is logged, never raised (Events are best effort)."""

@@ -46,13 +46,13 @@ from kondor_core.api import (
     PoolSpec,
     describe_errors,
 )
+from kondor_core.api.pool import CycleStats, PoolStatus
+from kondor_core.negotiation.poolconfig import PoolConfigError, pool_settings
 from kondor_core.negotiation.schedd import (
-    Accountant,
     JobChange,
     label_patch,
     plan_cycle,
     status_patch,
-    submission_order,
 )
 from kondor_core.negotiation.schedd import follow as follow_job
 from kondor_operator.metrics import Metrics
@@ -77,6 +77,8 @@ class JobWriter(Protocol):
     def patch_execution_job(
         self, namespace: str, name: str, patch: Mapping[str, Any]
     ) -> dict[str, Any] | None: ...
+    def read_pool(self, name: str) -> dict[str, Any] | None: ...
+    def patch_pool_status(self, name: str, patch: Mapping[str, Any]) -> bool: ...
 
 
 # ---- index values --------------------------------------------------------------------------------
@@ -134,13 +136,32 @@ def execution_point_entry(body: Mapping[str, Any]) -> ExecutionPoint | None:
 
 
 def pool_entry(body: Mapping[str, Any]) -> PoolSpec:
-    """The Pool's spec; the defaults (with a warning) when it does not parse."""
+    """The Pool's settings (its spec with its condorConfig applied); the defaults (with a
+    warning) when the spec does not parse, the spec alone when the snippet does not."""
+    name = (body.get("metadata") or {}).get("name")
     try:
-        return PoolSpec.model_validate(dict(body.get("spec") or {}))
+        spec = PoolSpec.model_validate(dict(body.get("spec") or {}))
     except ValidationError as error:
-        name = (body.get("metadata") or {}).get("name")
         logger.warning("Pool %s: defaults used: %s", name, "; ".join(describe_errors(error)))
         return PoolSpec()
+    try:
+        return pool_settings(spec)
+    except PoolConfigError as error:
+        logger.warning("Pool %s: condorConfig ignored: %s", name, error)
+        return spec
+
+
+def pool_status(body: Mapping[str, Any] | None) -> PoolStatus | None:
+    """The accountant kept in the Pool's status; None when there is none or it does not
+    parse (with a warning: the accountant starts again)."""
+    status = (body or {}).get("status")
+    if not status:
+        return None
+    try:
+        return PoolStatus.model_validate(dict(status))
+    except ValidationError as error:
+        logger.warning("Pool status not read, accountant reset: %s", describe_errors(error))
+        return None
 
 
 def offer_signature(body: Mapping[str, Any]) -> tuple[Any, ...]:
@@ -179,6 +200,7 @@ class Pass:
     idle: int = 0
     frees: bool = False
     problems: list[str] = field(default_factory=list)
+    stats: CycleStats | None = None
 
 
 class Negotiator:
@@ -192,14 +214,16 @@ class Negotiator:
         clock: Callable[[], float] = time.time,
         monotonic: Callable[[], float] = time.monotonic,
         debounce: float = 0.5,
-        accountant: Accountant = submission_order,
     ) -> None:
         self.writer = writer
         self.metrics = metrics
         self.clock = clock
         self.monotonic = monotonic
         self.debounce = debounce
-        self.accountant = accountant
+        #: The accountant (the Pool's status): read from the API server before the first
+        #: cycle (kopf's index may not hold the Pool yet), then kept here and written back.
+        self.accountant: PoolStatus | None = None
+        self._accountant_read = False
         self.leading = True
         self._jobs: Index | None = None
         self._execution_points: Index | None = None
@@ -300,6 +324,9 @@ class Negotiator:
         if not cycle:
             return done
         started = time.perf_counter()
+        if not self._accountant_read:
+            self.accountant = pool_status(self.writer.read_pool(DEFAULT_POOL))
+            self._accountant_read = True
         plan = plan_cycle(
             [entry.job for entry in jobs.values()],
             self.execution_points(),
@@ -307,6 +334,7 @@ class Negotiator:
             settings,
             accountant=self.accountant,
         )
+        self.accountant = plan.accountant
         done.idle, done.problems = plan.idle, list(plan.problems)
         for problem in plan.problems:
             logger.warning("negotiation: slot not offered: %s", problem)
@@ -324,7 +352,16 @@ class Negotiator:
                         change.execution_point,
                         change.status.claim_id,
                     )
-        self.metrics.negotiation_cycle.observe(time.perf_counter() - started)
+        duration = time.perf_counter() - started
+        stats = plan.stats.model_copy(update={"duration_seconds": round(duration, 4)})
+        done.stats = stats
+        status = plan.accountant.model_copy(update={"last_cycle": stats})
+        # The whole status each cycle: the users' list is replaced, not merged.
+        if self.leading and not self.writer.patch_pool_status(
+            DEFAULT_POOL, {"status": status.dump()}
+        ):
+            logger.warning("Pool %s: the accountant could not be written", DEFAULT_POOL)
+        self.metrics.negotiation_cycle.observe(duration)
         self.metrics.matches.inc(done.matched)
         self.metrics.idle_jobs.set(plan.idle)
         return done

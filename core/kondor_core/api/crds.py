@@ -19,7 +19,7 @@ from pydantic import BaseModel
 from kondor_core.api.executionpoint import ExecutionPointSpec, ExecutionPointStatus
 from kondor_core.api.job import ExecutionJobSpec, ExecutionJobStatus
 from kondor_core.api.meta import EXECUTION_JOBS, EXECUTION_POINTS, GROUP, SLOT_POLICIES, VERSION
-from kondor_core.api.pool import POOLS, PoolSpec
+from kondor_core.api.pool import POOLS, PoolSpec, PoolStatus
 from kondor_core.api.slotpolicy import SlotPolicySpec, SlotPolicyStatus
 
 _DROP = {"title", "default", "additionalProperties", "$defs", "x-kondor-classad"}
@@ -115,14 +115,16 @@ KINDS: tuple[Kind, ...] = (
         POOLS,
         "Cluster",
         PoolSpec,
-        None,  # the accountant's user priorities and usage will be its status
+        PoolStatus,
         (),
         (
             _column("Interval", ".spec.negotiatorInterval", "integer"),
             _column("MatchTimeout", ".spec.matchTimeout", "integer"),
+            _column("Halflife", ".spec.priorityHalflife", "number", priority=1),
+            _column("LastCycle", ".status.lastCycle.time", "date", priority=1),
             _AGE,
         ),
-        "The pool's negotiator settings; the operator reads only the Pool named default.",
+        "The negotiator's settings and accountant; the operator reads only the Pool default.",
     ),
 )
 

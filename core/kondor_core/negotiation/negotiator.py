@@ -47,12 +47,16 @@ _STANDARD = {"Cpus": 1, "Memory": 0, "Disk": 0}
 
 @dataclass(frozen=True)
 class IdleJob:
-    """An idle job in the queue: its id, its ClassAd (`kondor_core.jobs.job_ad`), and its
-    place in submission order."""
+    """An idle job in the queue: its id, its ClassAd (`kondor_core.jobs.job_ad`), its
+    place in submission order, its submitter and its weight."""
 
     id: str
     ad: Any = field(compare=False, repr=False)
     order: int = 0
+    #: The accounting name of its submitter (`accountant.submitter`), for fair share.
+    submitter: str = ""
+    #: What it counts for in its submitter's usage (SLOT_WEIGHT of what it requests).
+    weight: float = 1.0
 
     @property
     def priority(self) -> int:
@@ -98,45 +102,67 @@ def slot_offer(attributes: Mapping[str, Any], expressions: Collection[str], now:
     return classad2.ClassAd(values)
 
 
-def negotiate(jobs: Sequence[IdleJob], offers: Sequence[Any]) -> Cycle:
+def negotiate(
+    jobs: Sequence[IdleJob], offers: Sequence[Any], *, consider_preemption: bool = True
+) -> Cycle:
     """One cycle: match `jobs` to the slot ads `offers` (from `slot_offer`), in condor_status
-    order. The offers are not modified."""
-    ads = list(offers)
-    consumed: set[int] = set()
-    taken: set[int] = set()
+    order, best JobPrio first then in submission order. The offers are not modified.
+
+    With `consider_preemption` False (NEGOTIATOR_CONSIDER_PREEMPTION), a Claimed slot is
+    never a candidate."""
+    matchmaker = Matchmaker(offers, consider_preemption=consider_preemption)
     matches: list[Matched] = []
     rejections: dict[str, str] = {}
     for job in sorted(jobs, key=lambda j: (-j.priority, j.order)):
+        outcome = matchmaker.match(job)
+        if isinstance(outcome, Matched):
+            matches.append(outcome)
+        else:
+            rejections[job.id] = outcome
+    return Cycle(tuple(matches), rejections)
+
+
+class Matchmaker:
+    """The slots of one cycle, matched one job at a time: what a match takes of a
+    partitionable slot is taken off this cycle's copy of its ad, and a static slot (or a
+    preempted claim) takes one job. The offers given are not modified."""
+
+    def __init__(self, offers: Sequence[Any], *, consider_preemption: bool = True) -> None:
+        self.ads = list(offers)
+        self.consider_preemption = consider_preemption
+        self._consumed: set[int] = set()
+        self._taken: set[int] = set()
+
+    def match(self, job: IdleJob) -> Matched | str:
+        """The job's match (and the slot's share taken), or why no slot took it."""
+        ads = self.ads
         refusals: list[str] = []
         candidates: list[Candidate] = []
         for order, ad in enumerate(ads):
-            if order in taken:
+            if order in self._taken:
                 refusals.append(f"{ad.get('Name')} is Claimed")  # by a match of this cycle
                 continue
-            candidate = _candidate(job.ad, ad, order, refusals)
+            candidate = _candidate(job.ad, ad, order, refusals, self.consider_preemption)
             if candidate is not None:
                 candidates.append(candidate)
         choice = choose(job.ad, candidates)
         if choice.slot is None:
-            why = "; ".join([*refusals, *choice.reasons]) or "no slot is Unclaimed"
-            rejections[job.id] = why
-            continue
-        index = next(c.order for c in candidates if c.slot == choice.slot)
-        chosen = next(c for c in candidates if c.order == index)
+            return "; ".join([*refusals, *choice.reasons]) or "no slot is Unclaimed"
+        chosen = next(c for c in candidates if c.slot == choice.slot)
+        index = chosen.order
         if ads[index].get("PartitionableSlot") is True and not chosen.preempts:
-            if index not in consumed:  # what the cycle takes stays in this cycle's copy
+            if index not in self._consumed:  # what the cycle takes stays in this cycle's copy
                 ads[index] = copy.deepcopy(ads[index])
-                consumed.add(index)
+                self._consumed.add(index)
             _consume(ads[index], job.ad)
         else:
-            taken.add(index)
-        matches.append(
-            Matched(job.id, choice.slot, choice.job_rank, chosen.slot_rank, choice.preempts)
-        )
-    return Cycle(tuple(matches), rejections)
+            self._taken.add(index)
+        return Matched(job.id, choice.slot, choice.job_rank, chosen.slot_rank, choice.preempts)
 
 
-def _candidate(job: Any, ad: Any, order: int, refusals: list[str]) -> Candidate | None:
+def _candidate(
+    job: Any, ad: Any, order: int, refusals: list[str], consider_preemption: bool = True
+) -> Candidate | None:
     """The slot as a candidate for the job, or None (and why, in `refusals`) when it takes
     no match for the job now."""
     name = str(ad.get("Name", f"slot #{order + 1}"))
@@ -146,7 +172,9 @@ def _candidate(job: Any, ad: Any, order: int, refusals: list[str]) -> Candidate 
         return None
     partitionable = ad.get("PartitionableSlot") is True
     slot_rank = _number(ad, "Rank", job)
-    preempts = state == "Claimed" and slot_rank > _plain(ad.get("CurrentRank"))
+    preempts = (
+        consider_preemption and state == "Claimed" and slot_rank > _plain(ad.get("CurrentRank"))
+    )
     open_states = ("Unclaimed",) if partitionable else ("Unclaimed", "Backfill")
     if not preempts and state not in open_states:
         refusals.append(f"{name} is {state}")

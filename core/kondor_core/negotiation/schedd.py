@@ -21,7 +21,8 @@ Time is epoch seconds, given; nothing here reads a clock.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections import Counter
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -38,9 +39,13 @@ from kondor_core.api import (
     parse_time,
     set_condition,
 )
+from kondor_core.api.pool import CycleStats, PoolStatus
 from kondor_core.classads import ExpressionError
 from kondor_core.jobs import job_ad
-from kondor_core.negotiation.negotiator import IdleJob, negotiate, slot_offer
+from kondor_core.negotiation.accountant import effective_priorities, submitter
+from kondor_core.negotiation.accountant import update as update_accountant
+from kondor_core.negotiation.fairshare import negotiate_fair, offered_weight, request_weight
+from kondor_core.negotiation.negotiator import IdleJob, slot_offer
 
 #: HoldReasonCode 1, UserRequest ("Job ClassAd Attributes": HoldReasonCode).
 HOLD_USER_REQUEST = 1
@@ -243,27 +248,21 @@ def label_patch(labels: Mapping[str, str], execution_point: str | None) -> dict[
 # ---- the negotiation cycle ---------------------------------------------------------------------
 
 
-#: The fair-share hook: which idle jobs a cycle negotiates for and in what order (their
-#: `IdleJob.order`). The default keeps submission order; the accountant (user priorities
-#: with half-life decay, quotas) will be one of these, fed by the Pool's status.
-Accountant = Callable[[Sequence[IdleJob]], Sequence[IdleJob]]
-
-
-def submission_order(jobs: Sequence[IdleJob]) -> Sequence[IdleJob]:
-    """Every idle job, in submission order (no user priorities yet)."""
-    return jobs
-
-
 @dataclass(frozen=True)
 class CyclePlan:
     """What one cycle decided: the job changes (matches and new LastRejMatchReasons), how
-    many jobs it negotiated for and matched, and the slots it could not read (why)."""
+    many jobs it negotiated for and matched, the slots it could not read (why), and the
+    accountant after it."""
 
     changes: tuple[JobChange, ...]
     idle: int
     matched: int
     problems: tuple[str, ...] = ()
     withheld: tuple[str, ...] = field(default=())
+    #: The accountant aged to the cycle's time, with the usage it measured.
+    accountant: PoolStatus = field(default_factory=PoolStatus)
+    #: The cycle's figures (Pool status.lastCycle; the duration is the caller's to add).
+    stats: CycleStats = field(default_factory=CycleStats)
 
 
 def is_idle(job: ExecutionJob) -> bool:
@@ -314,12 +313,18 @@ def plan_cycle(
     now: float,
     settings: PoolSpec,
     *,
-    accountant: Accountant = submission_order,
+    accountant: PoolStatus | None = None,
 ) -> CyclePlan:
     """One negotiation cycle (docs/jobs.md, step 1): the idle jobs (`is_idle`), as job ads
-    with ClusterId and QDate, in submission order (`submission_key`) as `accountant` admits
-    and orders them, against the slot ads of the ExecutionPoints whose heartbeat the
-    operator judged Fresh, in ExecutionPoint-name then slot order; one `negotiate` call.
+    with ClusterId and QDate, in submission order (`submission_key`), against the slot ads
+    of the ExecutionPoints whose heartbeat the operator judged Fresh, in ExecutionPoint-name
+    then slot order; one `fairshare.negotiate_fair` call.
+
+    Fair share: `accountant` (the Pool's status) is first aged to `now` with the usage the
+    jobs holding a claim make (SLOT_WEIGHT of what each requests; a suspended job counts
+    nothing under NEGOTIATOR_DISCOUNT_SUSPENDED_RESOURCES), each job is accounted to its
+    submitter (its owner, or nice-user.<owner> for a NiceUser job), and the submitters are
+    served by effective priority with their slices of the pie.
 
     A match makes the job's status name the ExecutionPoint, the slot, a new claim
     (`<uid>#<n>`, n one past any claim the job had) and the match time, and labels the job;
@@ -341,12 +346,25 @@ def plan_cycle(
     changes: list[JobChange] = []
     for order, job in enumerate(idle):
         try:
-            queue.append(IdleJob(job_key(job), _ad(job), order))
+            ad = _ad(job)
+            name = submitter(job.spec.owner, nice_user=is_nice(ad))
+            weight = request_weight(settings.slot_weight, ad)
+            queue.append(IdleJob(job_key(job), ad, order, name, weight))
         except ExpressionError as error:  # admission parses these; a job from before may not
             changes += _rejected(job, f"the job's ad cannot be built: {error}")
     offers, owners, problems, withheld = _offers(execution_points, pending, now)
-    admitted = list(accountant(queue))
-    cycle = negotiate(admitted, offers)
+    usage = submitter_usage(all_jobs, settings)
+    aged = update_accountant(accountant, usage, now, settings)
+    priorities = effective_priorities(aged, settings, {job.submitter for job in queue})
+    admitted = queue
+    cycle = negotiate_fair(
+        queue,
+        offers,
+        priorities=priorities,
+        usage=usage,
+        free=offered_weight(settings.slot_weight, offers),
+        consider_preemption=settings.negotiator_consider_preemption,
+    )
     stamp = format_time(now)
     for matched in cycle.matches:
         job = by_key[matched.job]
@@ -370,9 +388,66 @@ def plan_cycle(
         changes.append(JobChange(namespace, job.metadata.name, new, ep, why))
     for key, reason in cycle.rejections.items():
         changes += _rejected(by_key[key], reason)
-    return CyclePlan(
-        tuple(changes), len(admitted), len(cycle.matches), tuple(problems), tuple(withheld)
+    stats = CycleStats(
+        time=stamp,
+        jobs_considered=len(admitted),
+        matches=len(cycle.matches),
+        preemptions=sum(1 for m in cycle.matches if m.preempts),
+        submitters=len(cycle.order),
+        rejections=dict(Counter(_reason_kind(r) for r in cycle.rejections.values())),
     )
+    return CyclePlan(
+        tuple(changes),
+        len(admitted),
+        len(cycle.matches),
+        tuple(problems),
+        tuple(withheld),
+        aged,
+        stats,
+    )
+
+
+#: Statuses in which a job holds a claim and so counts in its submitter's usage.
+_HOLDING = ("Idle", "Running", "Suspended")
+
+
+def submitter_usage(jobs: Iterable[ExecutionJob], settings: PoolSpec) -> dict[str, float]:
+    """Weighted resources in use by submitter: every job holding a claim (matched, running
+    or suspended) counts SLOT_WEIGHT of what it requests."""
+    usage: dict[str, float] = {}
+    for job in jobs:
+        status = job.status
+        if status is None or status.claim_id is None or status.job_status not in _HOLDING:
+            continue
+        if status.job_status == "Suspended" and settings.negotiator_discount_suspended_resources:
+            continue
+        try:
+            ad = _ad(job)
+        except ExpressionError:
+            continue
+        name = submitter(job.spec.owner, nice_user=is_nice(ad))
+        weight = request_weight(settings.slot_weight, ad)
+        usage[name] = usage.get(name, 0.0) + weight
+    return usage
+
+
+def is_nice(ad: Any) -> bool:
+    """A nice-user job: NiceUser TRUE in its ad (condor_submit's nice_user; an ExecutionJob
+    sets it with `attributes: {NiceUser: "true"}`)."""
+    value = ad.get("NiceUser")
+    return value is True or (isinstance(value, int) and not isinstance(value, bool) and value != 0)
+
+
+def _reason_kind(reason: str) -> str:
+    """A rejection's kind, for the cycle's counts: what it says of the last slot it names."""
+    last = reason.rsplit("; ", 1)[-1]
+    last = last.split(": ", 1)[-1] if "@" in last.split(": ", 1)[0] else last
+    for kind in ("not enough", "Requirements", "START", "waiting for user priority"):
+        if kind in last:
+            return kind
+    if " is " in last:
+        return "slot " + last.split(" is ", 1)[1].split()[0]
+    return last[:40]
 
 
 def _ad(job: ExecutionJob) -> Any:

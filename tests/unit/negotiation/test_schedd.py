@@ -20,7 +20,6 @@ from kondor_core.api import (
     format_time,
 )
 from kondor_core.config import compile_policy
-from kondor_core.negotiation.negotiator import IdleJob
 from kondor_core.negotiation.schedd import (
     EXECUTION_POINT_LABEL,
     JobChange,
@@ -564,19 +563,3 @@ def test_a_slot_ad_that_does_not_parse_is_reported_not_offered() -> None:
     plan = plan_cycle([idle("j", 1)], [ep], NOW, SETTINGS)
     assert plan.problems and "node-a/slot1@node-a" in plan.problems[0]
     assert plan.changes[0].execution_point is None
-
-
-def test_the_accountant_decides_who_is_negotiated_for_and_in_what_order() -> None:
-    jobs = [
-        idle("alice-job", 1, NOW - 100, requestCpus=4),
-        idle("bob-job", 2, NOW - 1, requestCpus=4),
-    ]
-
-    def bob_first(queue: Any) -> list[IdleJob]:
-        ordered = sorted(queue, key=lambda j: j.ad.get("GlobalJobId") != "ns/bob-job")
-        return [IdleJob(j.id, j.ad, order) for order, j in enumerate(ordered)]
-
-    plan = plan_cycle(jobs, [execution_point("node-a")], NOW, SETTINGS, accountant=bob_first)
-    changes = by_name(plan.changes)
-    assert changes["bob-job"].execution_point == "node-a"
-    assert changes["alice-job"].execution_point is None

@@ -9,6 +9,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 
 from kondor_core import startd
@@ -41,6 +42,15 @@ class FakeKube:
         self.objects: dict[str, dict[str, Any]] = {}
         self.calls: list[tuple[str, str, dict[str, Any]]] = []
         self.version = 100
+        self.pools: dict[str, dict[str, Any]] = {}
+
+    def read_pool(self, name: str) -> dict[str, Any] | None:
+        return copy.deepcopy(self.pools.get(name))
+
+    def patch_pool_status(self, name: str, patch: Mapping[str, Any]) -> bool:
+        pool = self.pools.setdefault(name, {"metadata": {"name": name}, "spec": {}})
+        self.pools[name] = apply_merge_patch(pool, dict(patch))
+        return True
 
     def add(self, body: dict[str, Any]) -> None:
         self.version += 1
@@ -217,3 +227,34 @@ def test_a_heartbeat_alone_does_not_change_the_offer_signature() -> None:
     claimed = copy.deepcopy(body)
     claimed["status"]["slots"][0]["cpus"] = 2
     assert offer_signature(body) != offer_signature(claimed)
+
+
+def test_the_accountant_is_kept_in_the_pool_status_and_survives_a_restart() -> None:
+    world = World()
+    world.eps["node-a"] = [execution_point_entry(ep_body("node-a"))]
+    world.kube.add(job_body("j1", requestCpus=2))
+    world.kube.add(job_body("j2", requestCpus=2, owner="bob"))
+    world.sync()
+    done = world.negotiator.run_once(set(), cycle=True)
+    assert done.stats is not None and done.stats.matches == 2
+    status = world.kube.pools["default"]["status"]
+    assert status["lastCycle"]["matches"] == 2 and status["lastCycle"]["jobsConsidered"] == 2
+    assert status["lastUpdate"] == format_time(NOW)
+    for name in ("j1", "j2"):  # the agent runs both
+        body = world.kube.objects[f"ns/{name}"]
+        claim = body["status"]["claimId"]
+        body["status"]["execution"] = {"claimId": claim, "state": "Running"}
+        world.kube.version += 1
+        body["metadata"]["resourceVersion"] = str(world.kube.version)
+    world.sync()
+    world.negotiator.run_once({"ns/j1", "ns/j2"}, cycle=True)
+    assert {u["name"] for u in world.kube.pools["default"]["status"]["users"]} == {"alice", "bob"}
+    # Running: the next cycle (a day later) accounts 2 cores each for the day.
+    later = Negotiator(world.kube, Metrics(), clock=lambda: NOW + 86400)  # a restarted operator
+    later.attach(world.index, world.eps, world.pools)
+    world.sync()
+    later.run_once(set(), cycle=True)
+    users = {u["name"]: u for u in world.kube.pools["default"]["status"]["users"]}
+    assert users["alice"]["realPriority"] == pytest.approx(1.25)  # half way from 0.5 to 2
+    assert users["alice"]["accumulatedUsage"] == pytest.approx(2 * 86400)
+    assert users["bob"]["effectivePriority"] == pytest.approx(1250.0)

@@ -1,0 +1,161 @@
+"""One negotiation cycle with fair share, as the condor_negotiator runs it ("Job Scheduling":
+user priorities; "User Priorities and Negotiation"): submitters in order of effective user
+priority, each up to its slice of the pie, then the pie spun again for what is left.
+
+- The pie is the pool's weighted resources (SLOT_WEIGHT): those the submitters' jobs hold
+  now plus those of the slots that take a match. Each submitter with idle jobs gets a slice
+  inversely proportional to its effective priority; its limit this cycle is its slice less
+  what it already uses.
+- Submitters are served best (lowest) effective priority first; within a submitter, jobs by
+  JobPrio (higher first) then submission order. A job no slot takes is passed over and the
+  next one tried: an unmatchable high-priority job never blocks a lower one.
+- What the slices leave (a submitter whose jobs match nothing, rounding) is shared again
+  among the submitters still wanting, slice by slice; what even that leaves goes to them
+  in priority order, whole jobs at a time. So a nice-user submitter (NICE_USER_PRIO_FACTOR
+  makes its slice nothing) gets only what nobody else wants.
+
+Pure: the caller gives effective priorities and usage (`accountant`), the jobs with their
+submitter and weight, and the offers (`negotiator.slot_offer`).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import classad2
+
+from kondor_core.classads import parse_expr
+from kondor_core.negotiation.accountant import pie
+from kondor_core.negotiation.negotiator import IdleJob, Matched, Matchmaker
+from kondor_core.policy.evaluation import number
+
+#: Slack for comparing weights with limits (slices are floats).
+_EPSILON = 1e-9
+#: Spins of the pie before leftovers go round in priority order.
+_MAX_SPINS = 8
+
+
+@dataclass(frozen=True)
+class FairCycle:
+    """What one fair-share cycle decided: the matches in the order made, why each unmatched
+    job found no slot, each submitter's slice (limit before usage) and what it got."""
+
+    matches: tuple[Matched, ...]
+    rejections: Mapping[str, str]
+    shares: Mapping[str, float] = field(default_factory=dict)
+    matched_weight: Mapping[str, float] = field(default_factory=dict)
+    order: tuple[str, ...] = ()
+    pool_size: float = 0.0
+
+
+def weight_of(expression: str, resources: Mapping[str, Any]) -> float:
+    """SLOT_WEIGHT evaluated on a slot with `resources` (Cpus, Memory, Disk, GPUs...); 0
+    when it is not a number."""
+    value = parse_expr(expression, field="slotWeight").eval(classad2.ClassAd(dict(resources)))
+    return max(0.0, number(value) or 0.0)
+
+
+def request_weight(expression: str, job_ad: Any) -> float:
+    """SLOT_WEIGHT of the slot a job would get: a slot with what the job requests."""
+    resources = {
+        attribute: _plain(job_ad.eval(f"Request{attribute}"))
+        if f"Request{attribute}" in job_ad
+        else 0
+        for attribute in ("Cpus", "Memory", "Disk", "GPUs")
+    }
+    if not resources["Cpus"]:
+        resources["Cpus"] = 1
+    return weight_of(expression, resources)
+
+
+def offered_weight(expression: str, offers: Sequence[Any]) -> float:
+    """The weighted resources of the offers that take a match without preempting
+    (Unclaimed, or running backfill): the free part of the pie."""
+    total = 0.0
+    for ad in offers:
+        if ad.get("State") not in ("Unclaimed", "Backfill") or ad.get("Requirements") is False:
+            continue
+        resources = {key: _plain(ad.get(key)) for key in ("Cpus", "Memory", "Disk", "GPUs")}
+        total += weight_of(expression, resources)
+    return total
+
+
+def negotiate_fair(
+    jobs: Sequence[IdleJob],
+    offers: Sequence[Any],
+    *,
+    priorities: Mapping[str, float],
+    usage: Mapping[str, float],
+    free: float,
+    consider_preemption: bool = True,
+) -> FairCycle:
+    """One cycle over `jobs` (each with its submitter and weight) and `offers`: submitters
+    by `priorities` (effective, lower first), limits from the pie of `free` plus `usage`
+    (weighted resources each submitter holds now). The offers are not modified."""
+    matchmaker = Matchmaker(offers, consider_preemption=consider_preemption)
+    queues: dict[str, deque[IdleJob]] = {}
+    for job in sorted(jobs, key=lambda j: (-j.priority, j.order)):
+        queues.setdefault(job.submitter, deque()).append(job)
+    order = sorted(queues, key=lambda name: (priorities.get(name, math.inf), name))
+    held = {name: max(0.0, usage.get(name, 0.0)) for name in order}
+    size = free + sum(max(0.0, value) for value in usage.values())
+    eup = {name: priorities.get(name, math.inf) for name in order}
+    shares = pie(eup, size)
+    got = dict.fromkeys(order, 0.0)
+    matches: list[Matched] = []
+    rejections: dict[str, str] = {}
+    limits = {name: shares[name] - held[name] for name in order}
+    left = free
+    for _ in range(_MAX_SPINS):
+        progress = False
+        for name in order:
+            queue = queues[name]
+            while queue and got[name] + queue[0].weight <= limits[name] + _EPSILON:
+                job = queue.popleft()
+                outcome = matchmaker.match(job)
+                if isinstance(outcome, Matched):
+                    matches.append(outcome)
+                    got[name] += job.weight
+                    left -= job.weight
+                    progress = True
+                else:
+                    rejections[job.id] = outcome
+        hungry = {name: eup[name] for name in order if queues[name]}
+        if not progress or not hungry or left <= _EPSILON:
+            break
+        for name, extra in pie(hungry, left).items():  # spin the pie again for leftovers
+            limits[name] = got[name] + extra
+    for name in order:  # what no slice took goes round in priority order
+        queue = queues[name]
+        while queue:
+            job = queue.popleft()
+            if left <= _EPSILON and not consider_preemption:
+                rejections[job.id] = _waiting(name, shares[name], held[name] + got[name])
+                continue
+            outcome = matchmaker.match(job)
+            if isinstance(outcome, Matched):
+                matches.append(outcome)
+                got[name] += job.weight
+                left -= job.weight
+            else:
+                rejections[job.id] = outcome
+    return FairCycle(tuple(matches), rejections, shares, got, tuple(order), size)
+
+
+def _waiting(name: str, share: float, used: float) -> str:
+    return (
+        f"no slot left this cycle: {name} holds {_whole(used)} of a fair share of "
+        f"{_whole(share)} (waiting for user priority)"
+    )
+
+
+def _whole(value: float) -> str:
+    return f"{value:.0f}" if abs(value - round(value)) < 1e-6 else f"{value:.2f}"
+
+
+def _plain(value: Any) -> float:
+    return number(value) or 0.0
