@@ -51,6 +51,7 @@ from kondor_core.cron import (
     HookPathError,
     OutputParser,
     OutputProblem,
+    OutputReader,
     attribute_names,
     hook_path,
     parse_output,
@@ -142,6 +143,11 @@ class CronProcess(Protocol):
         """Everything it wrote to stderr (complete once `exit_code` is not None)."""
         ...
 
+    def failure(self) -> str | None:
+        """Why the run failed as a hook (output not UTF-8, or beyond the bound per run);
+        None when its output was good."""
+        ...
+
     def signal(self, sig: signal.Signals) -> None:
         """`sig` to its process group (a no-op once it has exited)."""
         ...
@@ -156,14 +162,17 @@ class Spawner(Protocol):
 
 class _Subprocess:
     """A real process in its own session (so a kill reaches its children); two reader
-    threads turn its pipes into lines and an exit code."""
+    threads turn its pipes into lines and an exit code. stdout is read as bytes through
+    `OutputReader`: output that is not UTF-8 or beyond MAX_OUTPUT_BYTES fails the run, and
+    a flood is killed rather than read without end."""
 
     def __init__(self, launch: Launch, notify: Callable[[], None]) -> None:
         self._notify = notify
         self._lock = threading.Lock()
         self._lines: list[str] = []
-        self._stderr: list[str] = []
+        self._stderr = bytearray()
         self._code: int | None = None
+        self._reader = OutputReader(launch.argv[0])
         self._popen = subprocess.Popen(
             list(launch.argv),
             executable=str(launch.executable),
@@ -172,7 +181,6 @@ class _Subprocess:
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
-            text=True,
             start_new_session=True,
         )
         name = launch.argv[0]
@@ -186,10 +194,17 @@ class _Subprocess:
         stdout = self._popen.stdout
         assert stdout is not None
         with stdout:
-            for line in stdout:
-                with self._lock:
-                    self._lines.append(line)
-                self._notify()
+            while chunk := stdout.read1(65536):
+                lines = self._reader.feed(chunk)
+                if self._reader.failure is not None:
+                    self.signal(signal.SIGKILL)
+                    break
+                if lines:
+                    with self._lock:
+                        self._lines.extend(lines)
+                    self._notify()
+            with self._lock:
+                self._lines.extend(self._reader.finish())
         code = self._popen.wait()
         self._stderr_reader.join(1.0)
         with self._lock:
@@ -200,9 +215,10 @@ class _Subprocess:
         stderr = self._popen.stderr
         assert stderr is not None
         with stderr:
-            for chunk in stderr:
+            while chunk := stderr.read1(65536):
                 with self._lock:
-                    self._stderr.append(chunk)
+                    # Kept for the log up to a bound; the rest is read and dropped.
+                    self._stderr += chunk[: max(0, _MAX_STDERR_BYTES - len(self._stderr))]
 
     def read(self) -> list[str]:
         with self._lock:
@@ -215,12 +231,19 @@ class _Subprocess:
 
     def stderr(self) -> str:
         with self._lock:
-            return "".join(self._stderr)
+            return self._stderr.decode("utf-8", errors="backslashreplace")
+
+    def failure(self) -> str | None:
+        return self._reader.failure
 
     def signal(self, sig: signal.Signals) -> None:
         if self._popen.returncode is None:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(self._popen.pid, sig)
+
+
+#: stderr kept of one run, for the log.
+_MAX_STDERR_BYTES = 64 * 1024
 
 
 def spawn(launch: Launch, notify: Callable[[], None]) -> CronProcess:
@@ -543,8 +566,12 @@ class CronRunner:
         code = run.process.exit_code()
         if code is None:
             return update
-        # Signalled by the runner, or (a stream) ended by a signal: its output does not count.
-        killed = scheduled.state.terminated is not None or (streaming and code < 0)
+        failure = run.process.failure()
+        # Signalled by the runner, or (a stream) ended by a signal: its output does not count;
+        # nor does the output of a failed run (not UTF-8, or too much of it).
+        killed = scheduled.state.terminated is not None or (streaming and code < 0) or bool(failure)
+        if failure:
+            log.error("%s", failure)
         stdout = "".join(run.stdout)
         if streaming:
             last = run.parser.finish()

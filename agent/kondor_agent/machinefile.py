@@ -5,7 +5,6 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
-import yaml
 from pydantic import ValidationError
 
 from kondor_core.api import (
@@ -16,6 +15,7 @@ from kondor_core.api import (
     parse_machine_file,
     validate,
 )
+from kondor_core.inputs import InputError, load_yaml
 
 log = logging.getLogger("kondor_agent")
 
@@ -25,9 +25,11 @@ def load(path: Path, model: type[Machine] | type[SlotPolicy]) -> Machine | SlotP
     if model is Machine:
         return load_machine(path)
     try:
-        data = yaml.safe_load(path.read_text())
-    except (OSError, yaml.YAMLError) as err:
+        data = load_yaml(path.read_bytes(), source=str(path))
+    except OSError as err:
         raise InvalidObjectError(str(path), [f"cannot read it: {err}"]) from None
+    except InputError as err:
+        raise InvalidObjectError(str(path), [str(err).removeprefix(f"{path}: ")]) from None
     try:
         return validate(model, data, what=str(path))
     except ValidationError as err:  # pragma: no cover - validate already converts
@@ -37,10 +39,10 @@ def load(path: Path, model: type[Machine] | type[SlotPolicy]) -> Machine | SlotP
 def load_machine(path: Path) -> Machine:
     """The machine file at `path` (`kondor_core.api.parse_machine_file`); errors name it."""
     try:
-        text = path.read_text()
+        content = path.read_bytes()
     except OSError as err:
         raise InvalidObjectError(str(path), [f"cannot read it: {err}"]) from None
-    return parse_machine_file(text, str(path))
+    return parse_machine_file(content, str(path))
 
 
 class MachineFile:

@@ -6,8 +6,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from kondor_core.api import (
     ExecutionJob,
     InvalidObjectError,
@@ -17,6 +15,7 @@ from kondor_core.api import (
     validate,
 )
 from kondor_core.classads import parse_ad
+from kondor_core.inputs import InputError, load_yaml
 from kondor_core.policy.scenario import Scenario, load_scenario
 
 
@@ -24,15 +23,19 @@ class UserError(Exception):
     """A problem in what the user gave us; the message names the file and the field."""
 
 
-def read_yaml(path: Path) -> Any:
+def _read_bytes(path: Path) -> bytes:
     try:
-        text = path.read_text()
+        return path.read_bytes()
     except OSError as err:
         raise UserError(f"{path}: cannot read it ({err.strerror})") from None
+
+
+def read_yaml(path: Path) -> Any:
+    """The YAML data in `path`, within `kondor_core.inputs.load_yaml`'s bounds."""
     try:
-        return yaml.safe_load(text)
-    except yaml.YAMLError as err:
-        raise UserError(f"{path}: not valid YAML ({err})") from None
+        return load_yaml(_read_bytes(path), source=str(path))
+    except InputError as err:
+        raise UserError(str(err)) from None
 
 
 def _mapping(path: Path, data: Any, what: str) -> dict[str, Any]:
@@ -52,11 +55,7 @@ def _check_kind(path: Path, data: dict[str, Any], kind: str) -> None:
 def load_machine(path: Path) -> Machine:
     """The machine file at `path` (`kondor_core.api.parse_machine_file`); errors name it."""
     try:
-        text = path.read_text()
-    except OSError as err:
-        raise UserError(f"{path}: cannot read it ({err.strerror})") from None
-    try:
-        return parse_machine_file(text, str(path))
+        return parse_machine_file(_read_bytes(path), str(path))
     except InvalidObjectError as err:
         raise UserError(str(err)) from None
 
@@ -72,13 +71,17 @@ def load_policy(path: Path) -> SlotPolicy:
 
 def load_request(path: Path) -> tuple[str, ExecutionJob | Any]:
     """An ExecutionJob manifest, or a file of ClassAd text (named after the file)."""
+    content = _read_bytes(path)
     try:
-        text = path.read_text()
-    except OSError as err:
-        raise UserError(f"{path}: cannot read it ({err.strerror})") from None
+        text = content.decode("utf-8")
+    except UnicodeDecodeError:
+        read_yaml(path)  # raises the loader's message, naming the byte
+        raise
     try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError:
+        data = load_yaml(text, source=str(path))
+    except InputError as err:
+        if not str(err).startswith(f"{path}: not valid YAML"):
+            raise UserError(str(err)) from None
         data = None
     if isinstance(data, dict) and "apiVersion" in data:
         _check_kind(path, data, "ExecutionJob")
@@ -86,6 +89,9 @@ def load_request(path: Path) -> tuple[str, ExecutionJob | Any]:
             job = validate(ExecutionJob, data, what=str(path))
         except ValueError as err:
             raise UserError(str(err)) from None
+        problems = job.spec.attribute_name_problems()
+        if problems:
+            raise UserError(f"{path} is invalid:\n  " + "\n  ".join(problems))
         return job.metadata.name, job
     try:
         return path.stem, parse_ad(text, field=str(path))

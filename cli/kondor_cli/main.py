@@ -27,12 +27,10 @@ from kondor_cli.files import (
 )
 from kondor_cli.render import slot_table, timeline_table
 from kondor_core.api import ExecutionJob
-from kondor_core.config import PolicyError, compile_policy, render_policy
+from kondor_core.config import compile_policy, render_policy
+from kondor_core.errors import KondorError
 from kondor_core.jobs import job_ad
 from kondor_core.negotiation import replay, simulate
-from kondor_core.policy import EngineError
-from kondor_core.policy.scenario import ScenarioError
-from kondor_core.slots import LayoutError
 
 
 def _simulate(args: argparse.Namespace) -> int:
@@ -159,7 +157,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         result: Any = args.func(args)
-    except (UserError, PolicyError, LayoutError, ScenarioError, EngineError) as err:
+    except (UserError, KondorError) as err:
         print(f"kondor {args.command}: {err}", file=sys.stderr)
         return 2
     except BrokenPipeError:  # `kondor simulate ... | head`

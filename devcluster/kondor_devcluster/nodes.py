@@ -38,11 +38,11 @@ def load_machine(path: Path) -> Machine:
     """Parse a machine file (`kondor_core.api.parse_machine_file`); errors name the file, and
     each problem its field and value."""
     try:
-        text = path.read_text()
+        content = path.read_bytes()
     except OSError as error:
         raise ValueError(f"{path}: cannot read the machine file: {error}") from error
     try:
-        return parse_machine_file(text, str(path))
+        return parse_machine_file(content, str(path))
     except InvalidObjectError as error:
         problems = "; ".join(error.problems)
         raise ValueError(f"{path}: not a machine description: {problems}") from None

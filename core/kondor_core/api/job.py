@@ -7,8 +7,17 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from kondor_core.api.base import ClassAdExpr, Condition, Model, Quantity
+from kondor_core.api.base import (
+    IN_CLASSAD_RANGE,
+    ClassAdExpr,
+    ClassAdInt,
+    Condition,
+    Model,
+    Quantity,
+    ResourceAmount,
+)
 from kondor_core.api.quantity import Unit, to_unit
+from kondor_core.inputs import InputError, check_attribute_name
 
 #: HTCondor's JobStatus values as Kondor shows them.
 JobStatus = Literal["Idle", "Running", "Suspended", "Held", "Completed", "Removed"]
@@ -52,11 +61,11 @@ class ExecutionJobSpec(Model):
     Exactly one runtime: `process`, `apptainer` or `pod`."""
 
     owner: str | None = Field(default=None, description="Set by admission to the submitting user")
-    request_cpus: Annotated[int, Field(ge=0)] = 1
+    request_cpus: Annotated[int, Field(ge=0), IN_CLASSAD_RANGE] = 1
     request_memory: Annotated[Quantity, Field(description="a bare number means MiB")] = 128
     request_disk: Annotated[Quantity, Field(description="a bare number means KiB")] = 1024
-    request_gpus: Annotated[int, Field(ge=0)] = 0
-    request_resources: dict[str, Annotated[float, Field(ge=0)]] = Field(
+    request_gpus: Annotated[int, Field(ge=0), IN_CLASSAD_RANGE] = 0
+    request_resources: dict[str, ResourceAmount] = Field(
         default_factory=dict, description="Custom resources: name -> amount (Request<Name>)"
     )
     require_gpus: ClassAdExpr | None = Field(
@@ -64,7 +73,9 @@ class ExecutionJobSpec(Model):
     )
     requirements: ClassAdExpr | None = None
     rank: ClassAdExpr | None = None
-    priority: int = Field(default=0, description="JobPrio: higher runs first among a user's jobs")
+    priority: ClassAdInt = Field(
+        default=0, description="JobPrio: higher runs first among a user's jobs"
+    )
     attributes: dict[str, ClassAdExpr] = Field(
         default_factory=dict, description="Extra job ClassAd attributes (name -> expression)"
     )
@@ -120,6 +131,17 @@ class ExecutionJobSpec(Model):
     def runtime(self) -> str | None:
         """The runtime's name (process, apptainer or pod), None when the spec has none."""
         return next((name for name in RUNTIMES if getattr(self, name) is not None), None)
+
+    def attribute_name_problems(self) -> list[str]:
+        """`spec.attributes` keys that are no ClassAd attribute name (admission lists them
+        with its other problems, so the model itself lets them through)."""
+        problems = []
+        for name in self.attributes:
+            try:
+                check_attribute_name(name, field=f"spec.attributes.{name}")
+            except InputError as err:
+                problems.append(str(err))
+        return problems
 
     @property
     def request_memory_mib(self) -> int:

@@ -9,41 +9,62 @@ from __future__ import annotations
 
 from typing import Annotated
 
-import yaml
 from pydantic import Field, field_validator
 
-from kondor_core.api.base import Model, Quantity
+from kondor_core.api.base import (
+    IN_CLASSAD_RANGE,
+    AdValue,
+    AttributeName,
+    Model,
+    Quantity,
+    ResourceAmount,
+)
 from kondor_core.api.manifest import InvalidObjectError, validate
 from kondor_core.api.quantity import Unit, to_unit
+from kondor_core.inputs import InputError, check_host_name, check_label, load_yaml
 
-GpuProperty = bool | int | float | str
+GpuProperty = AdValue
 
 
 class Gpu(Model):
     """One GPU as `condor_gpu_discovery -nested` describes it: its id and its property ad."""
 
     id: Annotated[str, Field(min_length=1, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.:-]*$")]
-    properties: dict[str, GpuProperty] = Field(default_factory=dict)
+    properties: dict[AttributeName, GpuProperty] = Field(default_factory=dict)
 
 
 class Machine(Model):
     """A node's detected resources and facts (HTCondor's Detected*/Total* inputs)."""
 
     name: Annotated[str, Field(min_length=1, description="Machine name; slots are slotN@name")]
-    cpus: Annotated[int, Field(ge=1, description="Detected CPU cores (DetectedCpus)")]
+    cpus: Annotated[
+        int, Field(ge=1, description="Detected CPU cores (DetectedCpus)"), IN_CLASSAD_RANGE
+    ]
     memory: Annotated[Quantity, Field(description="Physical memory; a bare number means MiB")]
     disk: Annotated[
         Quantity, Field(description="Execute partition size; a bare number means KiB")
     ] = 0
     swap: Annotated[Quantity, Field(description="Swap; a bare number means MiB")] = 0
     gpus: list[Gpu] = Field(default_factory=list)
-    resources: dict[str, Annotated[float, Field(ge=0)]] = Field(
+    resources: dict[str, ResourceAmount] = Field(
         default_factory=dict, description="Detected custom machine resources by name"
     )
     labels: dict[str, str] = Field(default_factory=dict)
-    attributes: dict[str, GpuProperty] = Field(
+    attributes: dict[AttributeName, GpuProperty] = Field(
         default_factory=dict, description="Machine facts advertised as they are (OpSys, Arch...)"
     )
+
+    @field_validator("name")
+    @classmethod
+    def _host_name(cls, name: str) -> str:
+        return check_host_name(name, field="name")
+
+    @field_validator("labels")
+    @classmethod
+    def _labels(cls, labels: dict[str, str]) -> dict[str, str]:
+        for key, value in labels.items():
+            check_label(key, value, field="labels")
+        return labels
 
     @field_validator("memory", "swap")
     @classmethod
@@ -71,7 +92,7 @@ class Machine(Model):
     @classmethod
     def _custom_names(cls, resources: dict[str, float]) -> dict[str, float]:
         for name in resources:
-            if not name.isidentifier():
+            if not (name.isascii() and name.isidentifier()):
                 raise ValueError(
                     f"resources: {name!r} is not a resource name; use letters, digits and _"
                 )
@@ -104,8 +125,9 @@ _RESERVED_NAMES = {
 }
 
 
-def parse_machine_file(text: str, source: str) -> Machine:
+def parse_machine_file(text: str | bytes, source: str) -> Machine:
     """The Machine a machine file's YAML `text` describes; `source` names the file in errors.
+    Bytes are read as UTF-8 within `kondor_core.inputs.load_yaml`'s bounds.
 
     Raises InvalidObjectError (a ValueError) whose message starts with `source` and has one
     line per problem: the field, the value and what is allowed (`cpus: Input should be
@@ -113,9 +135,9 @@ def parse_machine_file(text: str, source: str) -> Machine:
     Reading the file is the caller's: this takes its text.
     """
     try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as err:
-        raise InvalidObjectError(source, [f"not valid YAML ({err})"]) from None
+        data = load_yaml(text, source=source)
+    except InputError as err:
+        raise InvalidObjectError(source, [str(err).removeprefix(f"{source}: ")]) from None
     if not isinstance(data, dict):
         got = "an empty file" if data is None else f"a YAML {type(data).__name__}"
         raise InvalidObjectError(

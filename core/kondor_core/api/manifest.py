@@ -96,6 +96,8 @@ def describe_errors(err: ValidationError, *, prefix: str = "") -> list[str]:
         head, sep, rest = message.partition(": ")
         if sep and " " not in head and head in path:  # our validators name the field too
             message = rest
+        if path == "(top level)" and sep and " " not in head:
+            path, message = head, rest  # a model validator naming its own field
         value = problem.get("input")
         shown = "" if isinstance(value, dict | list) or value is None else f" (got {value!r})"
         if shown and repr(value) in message:

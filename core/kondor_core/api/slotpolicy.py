@@ -10,7 +10,16 @@ from typing import Annotated, Literal
 
 from pydantic import Field, field_validator
 
-from kondor_core.api.base import ClassAdExpr, Condition, Model, Quantity
+from kondor_core.api.base import (
+    IN_CLASSAD_RANGE,
+    AttributeName,
+    ClassAdExpr,
+    ClassAdInt,
+    Condition,
+    Model,
+    Quantity,
+    ResourceAmount,
+)
 from kondor_core.api.quantity import Unit, to_unit
 
 ShareValue = int | float | str
@@ -32,7 +41,7 @@ class LabelSelector(Model):
 class Reserved(Model):
     """Resources kept back for the node itself before slots are carved."""
 
-    cpus: Annotated[int, Field(ge=0)] = 0
+    cpus: Annotated[int, Field(ge=0), IN_CLASSAD_RANGE] = 0
     memory: Annotated[Quantity, Field(description="a bare number means MiB")] = 0
 
     @field_validator("memory")
@@ -49,8 +58,8 @@ class Reserved(Model):
 class SlotTypeSpec(Model):
     """One SLOT_TYPE_<N>: its share of the machine, how many slots, and whether partitionable."""
 
-    id: Annotated[int, Field(ge=1, description="N in SLOT_TYPE_<N>")]
-    count: Annotated[int, Field(ge=0, description="NUM_SLOTS_TYPE_<N>")] = 1
+    id: Annotated[int, Field(ge=1, description="N in SLOT_TYPE_<N>"), IN_CLASSAD_RANGE]
+    count: Annotated[int, Field(ge=0, description="NUM_SLOTS_TYPE_<N>"), IN_CLASSAD_RANGE] = 1
     partitionable: bool = False
     resources: Annotated[
         str | dict[str, ShareValue],
@@ -87,7 +96,7 @@ class CronJobSpec(Model):
         ),
     ] = None
     prefix: Annotated[str, Field(pattern=r"^[A-Za-z0-9_]*$")] = ""
-    slots: list[Annotated[int, Field(ge=1)]] = Field(
+    slots: list[Annotated[int, Field(ge=1), IN_CLASSAD_RANGE]] = Field(
         default_factory=list, description="Slot ids that may take the output; empty: all"
     )
     kill: bool = Field(default=False, description="Kill a run still going when the next is due")
@@ -111,16 +120,16 @@ class SlotPolicySpec(Model):
     """spec of a SlotPolicy (kondor.io/v1alpha1)."""
 
     node_selector: LabelSelector = Field(default_factory=LabelSelector)
-    priority: int = Field(default=0, description="Highest wins where policies overlap")
+    priority: ClassAdInt = Field(default=0, description="Highest wins where policies overlap")
     reserved: Reserved = Field(default_factory=Reserved)
     slot_types: list[SlotTypeSpec] = Field(default_factory=list)
-    machine_resources: dict[str, Annotated[float, Field(ge=0)]] = Field(
+    machine_resources: dict[AttributeName, ResourceAmount] = Field(
         default_factory=dict, description="MACHINE_RESOURCE_<name>: custom resource quantities"
     )
-    attributes: dict[str, ClassAdExpr] = Field(
+    attributes: dict[AttributeName, ClassAdExpr] = Field(
         default_factory=dict, description="STARTD_ATTRS: attribute name -> ClassAd expression"
     )
-    slot_attributes: dict[str, dict[str, ClassAdExpr]] = Field(
+    slot_attributes: dict[str, dict[AttributeName, ClassAdExpr]] = Field(
         default_factory=dict,
         description="SLOT<N>_<attr>: slot number -> attribute name -> ClassAd expression",
     )
@@ -147,7 +156,7 @@ class SlotPolicySpec(Model):
     evict_backfill: ClassAdExpr | None = None
     hibernate: ClassAdExpr | None = None
     consumption_policy: bool | None = Field(default=None, description="CONSUMPTION_POLICY")
-    modify_request: dict[str, ClassAdExpr] = Field(
+    modify_request: dict[AttributeName, ClassAdExpr] = Field(
         default_factory=dict,
         description="MODIFY_REQUEST_EXPR_<attr>: request attribute -> rounding expression",
     )

@@ -29,6 +29,7 @@ from kondor_core.cron.output import (
     CronAd,
     OutputParser,
     OutputProblem,
+    OutputReader,
     ParsedOutput,
     parse_output,
 )
@@ -52,6 +53,7 @@ __all__ = [
     "HookPathError",
     "OutputParser",
     "OutputProblem",
+    "OutputReader",
     "ParsedOutput",
     "attribute_names",
     "hook_path",

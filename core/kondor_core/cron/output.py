@@ -176,3 +176,64 @@ def _put(mapping: dict[str, str], key: str, value: str) -> None:
     for existing in [k for k in mapping if k.lower() == key.lower()]:
         del mapping[existing]
     mapping[key] = value
+
+
+#: Bytes of stdout one run may print: ads are a few KiB; a hook that prints more is broken
+#: (or hostile) and would otherwise fill the agent's memory.
+MAX_OUTPUT_BYTES = 1024 * 1024
+
+
+class OutputReader:
+    """A run's stdout as bytes in, UTF-8 lines out, within `limit` bytes.
+
+    Output that is not UTF-8, or more than `limit` bytes, makes the run a failure: `failure`
+    says why (naming the byte or the bound) and no line after it is given out, so the
+    run's ads are never published from garbled or truncated text.
+    """
+
+    def __init__(self, job: str, limit: int = MAX_OUTPUT_BYTES) -> None:
+        self.job = job
+        self.limit = limit
+        self.failure: str | None = None
+        self._read = 0
+        self._pending = b""
+
+    def feed(self, chunk: bytes) -> list[str]:
+        """The complete lines in `chunk` (with what was pending), newline kept."""
+        if self.failure is not None:
+            return []
+        self._read += len(chunk)
+        if self._read > self.limit:
+            self.failure = (
+                f"startd cron job {self.job}: printed more than {self.limit} bytes in one run; "
+                "the run is a failure and its output is dropped"
+            )
+            self._pending = b""
+            return []
+        data = self._pending + chunk
+        cut = max(data.rfind(b"\n"), data.rfind(b"\r")) + 1
+        self._pending = data[cut:]
+        return self._decode(data[:cut], self._read - len(data))
+
+    def finish(self) -> list[str]:
+        """What is left after the last newline (the run exited)."""
+        if self.failure is not None or not self._pending:
+            return []
+        rest, self._pending = self._pending, b""
+        return self._decode(rest, self._read - len(rest))
+
+    def _decode(self, data: bytes, offset: int) -> list[str]:
+        try:
+            text = data.decode("utf-8")
+        except UnicodeDecodeError as err:
+            self.failure = (
+                f"startd cron job {self.job}: its output is not UTF-8 (byte "
+                f"{data[err.start]:#04x} at offset {offset + err.start}); the run is a failure "
+                "and its output is dropped"
+            )
+            return []
+        # Universal newlines, as a text-mode pipe reads them.
+        text = text.replace("\r\n", "\n").replace("\r", "\n")
+        return [line + "\n" for line in text.split("\n")[:-1]] + (
+            [text.rsplit("\n", 1)[-1]] if not text.endswith("\n") and text else []
+        )

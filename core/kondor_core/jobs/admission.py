@@ -22,6 +22,7 @@ from pydantic import ValidationError
 from kondor_core.api.job import RUNTIMES, ExecutionJobSpec
 from kondor_core.api.manifest import describe_errors
 from kondor_core.errors import KondorError
+from kondor_core.inputs import InputError, check_document
 from kondor_core.jobs.ad import job_ad
 
 #: The operations an admission request names (CONNECT never reaches an ExecutionJob).
@@ -131,6 +132,11 @@ def admit_job(
     * DELETE: only the owner or a delegate.
     """
     delegates = delegates or Delegates()
+    if new is not None:
+        try:
+            check_document(new, source=f"ExecutionJob {_name(new)}")
+        except InputError as error:
+            return Admission(refusal=str(error))
     acting_for_others = delegates.include(requester)
     if operation == "CREATE":
         job = new or {}

@@ -24,6 +24,8 @@ from pydantic.alias_generators import to_camel
 
 from kondor_core.api import ExecutionJob, InvalidObjectError, Machine, SlotPolicy, validate
 from kondor_core.errors import KondorError
+from kondor_core.inputs import check_attribute_name, check_number
+from kondor_core.policy.timeline import MAX_TICKS
 
 #: Commands a step may give, as the admin's tools name them ("Machine States": condor_vacate,
 #: condor_drain -graceful/-quick/-fast and -cancel, condor_off -graceful/-peaceful/-fast).
@@ -67,9 +69,17 @@ class ScenarioError(KondorError):
         super().__init__(f"{what} is invalid:\n  " + "\n  ".join(self.problems))
 
 
+#: Steps a scenario may list.
+MAX_STEPS = 10_000
+
+
 class _Model(BaseModel):
     model_config = ConfigDict(
-        frozen=True, extra="forbid", alias_generator=to_camel, populate_by_name=True
+        frozen=True,
+        extra="forbid",
+        alias_generator=to_camel,
+        populate_by_name=True,
+        allow_inf_nan=False,
     )
 
 
@@ -99,11 +109,13 @@ class StepDocument(_Model):
     @classmethod
     def _scalar_facts(cls, facts: dict[str, Any] | None) -> dict[str, FactValue] | None:
         for name, value in (facts or {}).items():
+            check_attribute_name(name, field="facts")
             if not isinstance(value, bool | int | float | str):
                 raise ValueError(
                     f"{name}: {value!r} is not a fact value; a fact is a boolean, a number or "
                     "a string, as a slot ad attribute holds it"
                 )
+            check_number(value, field=f"facts.{name}")
         return facts
 
     @model_validator(mode="after")
@@ -124,7 +136,18 @@ class ScenarioDocument(_Model):
     policy: FileRef | dict[str, Any]
     polling_interval: Annotated[float, Field(gt=0)] = 5.0
     until: Annotated[float, Field(gt=0)]
-    steps: list[StepDocument] = Field(default_factory=list)
+    steps: Annotated[list[StepDocument], Field(max_length=MAX_STEPS)] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _bounded(self) -> ScenarioDocument:
+        ticks = self.until / self.polling_interval
+        if ticks > MAX_TICKS:
+            raise ValueError(
+                f"until: {_t(self.until)} s at a pollingInterval of {_t(self.polling_interval)} s "
+                f"is {ticks:.0f} ticks; a timeline has at most {MAX_TICKS} (shorten until or "
+                "poll less often)"
+            )
+        return self
 
 
 @dataclass(frozen=True)
@@ -244,6 +267,8 @@ def _step(index: int, item: StepDocument, read: Reader, problems: list[str]) -> 
     job = None
     if item.submit is not None:
         job = _document(ExecutionJob, item.submit, f"{where}.submit", read, problems)
+        if job is not None:
+            problems.extend(f"{where}.submit: {p}" for p in job.spec.attribute_name_problems())
     return Step(
         index=index,
         at=item.at,

@@ -88,6 +88,10 @@ class Timeline:
         }
 
 
+#: Ticks one timeline may take: a bound on the time a replay takes (a day at 1 s polling).
+MAX_TICKS = 100_000
+
+
 def run_timeline(
     policy: StartdPolicy,
     machine: MachineState,
@@ -102,8 +106,13 @@ def run_timeline(
     interval (POLLING_INTERVAL of the policy unless given)."""
     agent = agent or SimulatedAgent()
     interval = polling_interval if polling_interval is not None else policy.polling_interval
-    if interval <= 0:
-        raise EngineError(f"pollingInterval must be positive, not {interval}")
+    if not interval > 0 or not math.isfinite(interval):
+        raise EngineError(f"pollingInterval must be a positive number, not {interval}")
+    if not math.isfinite(until - start) or (until - start) / interval > MAX_TICKS:
+        raise EngineError(
+            f"a timeline from {start} to {until} every {interval} s is more than {MAX_TICKS} "
+            "ticks; shorten it or poll less often"
+        )
     ordered = list(steps)
     for previous, current in itertools.pairwise(ordered):
         if current.at < previous.at:

@@ -34,6 +34,7 @@ from kondor_core.classads import ExpressionError, is_error, is_undefined, parse_
 from kondor_core.config.effective import DEFAULT_CONSUMPTION, EffectivePolicy, SlotTypeDef
 from kondor_core.config.shares import STANDARD, Share, ShareSpec, canonical_resource
 from kondor_core.errors import KondorError
+from kondor_core.inputs import CLASSAD_INT_MAX
 
 #: The carved resources, in the order ads and messages list them.
 SIZED = ("memory", "disk", "swap")
@@ -44,6 +45,11 @@ _AT_LEAST_ONE = ("cpus", "memory")
 UNIT_WORDS = {"cpus": "cores", "memory": "MiB", "disk": "KiB", "swap": "MiB", GPUS: "GPUs"}
 #: ClassAd attribute of each standard resource (swap is advertised as VirtualMemory, in KiB).
 ATTRIBUTE = {"cpus": "Cpus", "memory": "Memory", "disk": "Disk", "swap": "VirtualMemory"}
+
+
+#: Slots of one type a machine may have: far beyond any real machine's cores, and a bound on
+#: the work and memory a layout takes (NUM_SLOTS_TYPE_1 = 2^62 must not hang the agent).
+MAX_SLOTS = 10_000
 
 
 class LayoutError(KondorError):
@@ -220,6 +226,7 @@ def machine_totals(machine: Machine, policy: EffectivePolicy) -> MachineTotals:
             )
         # Like condor_gpu_discovery -by-index, devices declared without ids are numbered.
         gpu_ids = gpu_ids[:count] if gpu_ids else tuple(f"CUDA{i}" for i in range(count))
+    _unique_gpu_ids(gpu_ids)
     gpu_properties = {gpu: gpu_properties.get(gpu, {}) for gpu in gpu_ids}
     custom: list[str] = []
     for name, quantity in declared.values():
@@ -263,7 +270,24 @@ def machine_ad(totals: MachineTotals) -> Any:
     return classad2.ClassAd(values)
 
 
+def _unique_gpu_ids(gpu_ids: tuple[str, ...]) -> None:
+    """GPU ids name devices: one listed twice (MACHINE_RESOURCE_GPUs = g0, g0) would be
+    handed to two slots at once, so it is refused as the machine file refuses it."""
+    seen: set[str] = set()
+    for gpu in gpu_ids:
+        if gpu in seen:
+            raise LayoutError(
+                f"machine resource GPUs: the id {gpu!r} appears twice; GPU ids are unique"
+            )
+        seen.add(gpu)
+
+
 def _whole(quantity: float, what: str) -> int:
+    if not math.isfinite(quantity) or abs(quantity) > CLASSAD_INT_MAX:
+        raise LayoutError(
+            f"{what}: {quantity} is not an amount a ClassAd holds; use a whole number from 0 "
+            f"to {CLASSAD_INT_MAX}"
+        )
     if quantity != int(quantity):
         raise LayoutError(f"{what}: {quantity} is not a whole number; it is counted, not sized")
     return int(quantity)
@@ -290,6 +314,11 @@ def _count(slot_type: SlotTypeDef, totals: MachineTotals) -> int:
         raise LayoutError(f"{where}: {slot_type.count!r} gives {value!r}, not a whole number")
     if value < 0:
         raise LayoutError(f"{where}: {slot_type.count!r} gives {value}, a negative number of slots")
+    if value > MAX_SLOTS:
+        raise LayoutError(
+            f"{where} (NUM_SLOTS_TYPE_{slot_type.id}): {slot_type.count!r} gives {value} slots; "
+            f"a machine has at most {MAX_SLOTS}"
+        )
     return int(value)
 
 

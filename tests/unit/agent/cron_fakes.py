@@ -100,6 +100,9 @@ class FakeProcess:
     def stderr(self) -> str:
         return self.script.stderr
 
+    def failure(self) -> str | None:
+        return None
+
     def signal(self, sig: signal.Signals) -> None:
         self.signals.append(sig)
         if self.exit_code() is not None:
