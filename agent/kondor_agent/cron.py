@@ -194,7 +194,7 @@ class _Subprocess:
         stdout = self._popen.stdout
         assert stdout is not None
         with stdout:
-            while chunk := stdout.read1(65536):
+            while chunk := os.read(stdout.fileno(), 65536):
                 lines = self._reader.feed(chunk)
                 if self._reader.failure is not None:
                     self.signal(signal.SIGKILL)
@@ -215,7 +215,7 @@ class _Subprocess:
         stderr = self._popen.stderr
         assert stderr is not None
         with stderr:
-            while chunk := stderr.read1(65536):
+            while chunk := os.read(stderr.fileno(), 65536):
                 with self._lock:
                     # Kept for the log up to a bound; the rest is read and dropped.
                     self._stderr += chunk[: max(0, _MAX_STDERR_BYTES - len(self._stderr))]

@@ -122,14 +122,14 @@ class _BoundedLoader(yaml.SafeLoader):
 
     def compose_node(self, parent: Any, index: Any) -> Any:
         if self.check_event(yaml.AliasEvent):
-            event = self.peek_event()
+            event = self.peek_event()  # type: ignore[no-untyped-call]
             anchor = event.anchor
             node = super().compose_node(parent, index)
             self._count(self._weights.get(id(node), 1), event.start_mark, anchor)
             return node
         self._depth += 1
         if self._depth > self._limits.max_depth:
-            mark = self.peek_event().start_mark
+            mark = self.peek_event().start_mark  # type: ignore[no-untyped-call]
             raise _TooBigError(
                 f"nested more than {self._limits.max_depth} levels deep (line {mark.line + 1})"
             )
@@ -138,7 +138,7 @@ class _BoundedLoader(yaml.SafeLoader):
             node = super().compose_node(parent, index)
         finally:
             self._depth -= 1
-        self._count(1, node.start_mark, None)
+        self._count(1, node.start_mark if node is not None else None, None)
         self._weights[id(node)] = self._nodes - before
         return node
 
@@ -146,9 +146,9 @@ class _BoundedLoader(yaml.SafeLoader):
         self._nodes += weight
         if self._nodes > self._limits.max_nodes:
             via = f" through the alias *{anchor}" if anchor else ""
+            line = f" (line {mark.line + 1})" if mark is not None else ""
             raise _TooBigError(
-                f"more than {self._limits.max_nodes} values once aliases are expanded{via} "
-                f"(line {mark.line + 1})"
+                f"more than {self._limits.max_nodes} values once aliases are expanded{via}{line}"
             )
 
 
