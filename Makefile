@@ -39,6 +39,12 @@ crds: venv ## Generate CRDs from the pydantic models into crds/ and helm/kondor/
 crds-check: venv ## Fail when the committed CRDs differ from the models
 	$(BIN)/python tools/gen_crds.py --check
 
+condor-defaults: venv ## Generate HTCondor's knob defaults from the installed htcondor wheel
+	$(BIN)/python tools/gen_condor_defaults.py
+
+condor-defaults-check: venv ## Fail when the committed knob defaults differ from HTCondor's
+	$(BIN)/python tools/gen_condor_defaults.py --check
+
 ##@ Tests
 test: venv controlplane helm ## Unit and integration tests (builds the control plane and fetches helm once)
 	$(BIN)/pytest
@@ -46,7 +52,7 @@ test: venv controlplane helm ## Unit and integration tests (builds the control p
 unit: venv ## Unit tests only (no control plane needed)
 	$(BIN)/pytest tests/unit
 
-check: lint typecheck crds-check chart-lint test ## Everything CI runs
+check: lint typecheck crds-check condor-defaults-check chart-lint test ## Everything CI runs
 
 bench: venv ## Benchmarks with their baselines
 	$(BIN)/python bench/bench_carving.py
@@ -58,7 +64,8 @@ bench-devcluster: controlplane ## The dev cluster's ceiling: start-up, patch rat
 bench-fleet: controlplane ## 1,000 nodes: API writes at steady state and after a policy change (~10 min)
 	$(BIN)/python bench/bench_fleet.py
 
-.PHONY: help venv fmt lint typecheck crds crds-check test unit check bench bench-devcluster bench-fleet
+.PHONY: help venv fmt lint typecheck crds crds-check condor-defaults condor-defaults-check test unit check
+.PHONY: bench bench-devcluster bench-fleet
 
 ##@ Development cluster
 controlplane: venv ## Build kube-apiserver, etcd, controller manager, scheduler and kwok (cached)

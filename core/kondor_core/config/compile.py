@@ -44,7 +44,13 @@ from kondor_core.config.effective import (
 )
 from kondor_core.config.shares import ShareError, ShareSpec, canonical_resource, parse_shares
 from kondor_core.config.shares import shares_from_map as _shares_from_map
-from kondor_core.config.snippet import Definition, MacroError, MacroTable, parse_snippet
+from kondor_core.config.snippet import (
+    Definition,
+    MacroError,
+    MacroTable,
+    builtin_value,
+    parse_snippet,
+)
 from kondor_core.config.templates import MACHINE_REFERENCES
 from kondor_core.cron import jobs as cron
 from kondor_core.errors import KondorError
@@ -599,7 +605,21 @@ class _Compiler:
                 expressions[knob] = structured
             elif found is not None and self._expression(found[0], _label(found[1])):
                 expressions[knob] = found[0]
+            elif found is None and (default := self._moved_default(knob)) is not None:
+                expressions[knob] = default
         return expressions
+
+    def _moved_default(self, knob: str) -> str | None:
+        """A knob the policy leaves at its default, if that default refers to a macro the
+        policy changed: MachineMaxVacateTime is $(MaxVacateTime), so setting MaxVacateTime
+        changes it, as in HTCondor. None while the default means what it means alone."""
+        definition = self.table.get(knob)
+        if definition is None or not definition.is_builtin:
+            return None
+        value = self._expand(definition)
+        if not value or value == builtin_value(knob):
+            return None
+        return value if self._expression(value, _label(definition)) else None
 
     # -- STARTD_ATTRS --------------------------------------------------------------------
 

@@ -659,10 +659,13 @@ def parse_snippet(text: str, *, builtins: Mapping[str, str] = BUILTIN_MACROS) ->
 
     Never raises for a bad snippet: every problem is in `Snippet.errors`, each naming its line.
     """
-    definitions = {
-        name.upper(): Definition(name, value, Origin(source=BUILTIN))
-        for name, value in builtins.items()
-    }
+    if builtins is BUILTIN_MACROS:
+        definitions = dict(_builtin_definitions())
+    else:
+        definitions = {
+            name.upper(): Definition(name, value, Origin(source=BUILTIN))
+            for name, value in builtins.items()
+        }
     reader = _Reader(definitions)
     reader.read(text)
     return Snippet(
@@ -671,6 +674,14 @@ def parse_snippet(text: str, *, builtins: Mapping[str, str] = BUILTIN_MACROS) ->
         tuple(reader.errors),
         tuple(reader.notes),
     )
+
+
+@cache
+def _builtin_definitions() -> Mapping[str, Definition]:
+    return {
+        name.upper(): Definition(name, value, Origin(source=BUILTIN))
+        for name, value in BUILTIN_MACROS.items()
+    }
 
 
 @cache

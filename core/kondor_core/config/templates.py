@@ -6,6 +6,12 @@ are kept in HTCondor's configuration syntax so they go through the same parser a
 a user's snippet; template arguments (`$(1)`, `$(2:default)`, `$(3+)`, `$(1?)`,
 `$(0#)`) are substituted before parsing, as HTCondor's metaknobs do.
 
+Every configuration starts from HTCondor's own defaults for every knob
+(`htcondor_defaults`, generated from HTCondor's param table), with Kondor's
+deliberate differences (`KONDOR_DEFAULTS`) on top: one table, `BUILTIN_MACROS`,
+that the snippet language and the policy engine both read
+(docs/config-differences.md lists the differences).
+
 Machine-dependent values (DETECTED_CPUS, DETECTED_MEMORY, NUM_CPUS when it is not
 set) are ClassAd attribute references, so that a value built from them (the
 count of `use FEATURE : StaticSlots`, for one) is an expression the layout
@@ -16,6 +22,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+
+from kondor_core.config.htcondor_defaults import HTCONDOR_DEFAULTS
 
 
 @dataclass(frozen=True)
@@ -32,29 +40,11 @@ class Template:
         return f"{self.category} : {self.name}"
 
 
-#: Macros every configuration starts with. HTCondor's defaults for the policy
-#: fragments, the universe numbers, and the machine facts as ClassAd references.
-BUILTIN_MACROS: Mapping[str, str] = {
+#: Kondor's deliberate differences from HTCondor's defaults (docs/config-differences.md).
+KONDOR_DEFAULTS: Mapping[str, str] = {
     "DOLLAR": "$",
-    "MINUTE": "60",
-    "HOUR": "3600",
-    "STANDARD": "1",
-    "VANILLA": "5",
-    "MPI": "8",
-    "VM": "13",
-    "IsStandard": "(TARGET.JobUniverse == $(STANDARD))",
-    "IsVanilla": "(TARGET.JobUniverse == $(VANILLA))",
-    "IsMPI": "(TARGET.JobUniverse == $(MPI))",
-    "IsVM": "(TARGET.JobUniverse == $(VM))",
-    "BigJob": "(TARGET.ImageSize >= (50 * 1024))",
-    "MediumJob": "(TARGET.ImageSize >= (15 * 1024) && TARGET.ImageSize < (50 * 1024))",
-    "SmallJob": "(TARGET.ImageSize <  (15 * 1024))",
-    "BackgroundLoad": "0.3",
-    "HighLoad": "0.5",
-    "StartIdleTime": "15 * $(MINUTE)",
-    "ContinueIdleTime": "5 * $(MINUTE)",
-    "MaxSuspendTime": "10 * $(MINUTE)",
-    "MaxVacateTime": "10 * $(MINUTE)",
+    # The reference's "Default Policy" (HTCondor 25's param table has True).
+    "WANT_VACATE": "False",
     # The manual's helper macros ("Examples of Policy Configuration": "These macros are here
     # to help write legible expressions"), available to every policy. `MachineBusy` is printed
     # there with an unbalanced parenthesis; it is balanced here. Names are case-insensitive, so
@@ -86,6 +76,21 @@ BUILTIN_MACROS: Mapping[str, str] = {
     # POLICY : UWCS_Desktop refers to it without defining it; HTCondor expands it to nothing.
     "UWCS_CLAIM_WORKLIFE": "",
 }
+
+
+def _merged(*tables: Mapping[str, str]) -> dict[str, str]:
+    """Tables merged by case-insensitive name, a later one winning (with its spelling)."""
+    merged: dict[str, tuple[str, str]] = {}
+    for table in tables:
+        for name, value in table.items():
+            merged[name.upper()] = (name, value)
+    return dict(merged.values())
+
+
+#: Macros every configuration starts with: HTCondor's default for every knob, then
+#: Kondor's differences (the manual's helper macros, and the machine facts as ClassAd
+#: references).
+BUILTIN_MACROS: Mapping[str, str] = _merged(HTCONDOR_DEFAULTS, KONDOR_DEFAULTS)
 
 #: Built-ins whose value stands for "what the node has": a knob equal to one of
 #: these is not an override (NUM_CPUS = $(DETECTED_CPUS) is the default).

@@ -406,9 +406,11 @@ def test_static_slots_count(config: str, count: int | str) -> None:
 
 
 def test_hold_if_memory_exceeded_builds_the_hold_policy() -> None:
+    """As in HTCondor, PREEMPT_IF builds on the default PREEMPT and WANT_SUSPEND (False)."""
     policy = _compile("use POLICY : Hold_If_Memory_Exceeded")
     exceeded = "(JobUniverse != 13 && MemoryUsage =!= UNDEFINED && MemoryUsage > Memory)"
-    assert policy.expressions["PREEMPT"] == exceeded
+    assert policy.expressions["PREEMPT"] == f"{exceeded} || False"
+    assert policy.expressions["WANT_SUSPEND"] == f"{exceeded} =!= true && False"
     assert policy.expressions["MAXJOBRETIREMENTTIME"] == f"ifthenelse({exceeded},-1,0)"
     assert policy.macros["WANT_HOLD"] == f"(JobUniverse != 1 && {exceeded})"
     assert '"memory usage exceeded request_memory"' in policy.macros["WANT_HOLD_REASON"]
@@ -558,12 +560,6 @@ def test_structured_fields_win(
             "condorConfig line 2 (GPU_DISCOVERY_EXTRA): GPU_DISCOVERY_EXTRA is an HTCondor knob "
             "Kondor does not implement (the Kondor agent discovers GPUs",
             id="used by a template but without effect",
-        ),
-        pytest.param(
-            "use FEATURE : UWCS_DESKTOP_POLICY_VALUES",
-            "(UWCS_WANT_SUSPEND, from use FEATURE : UWCS_DESKTOP_POLICY_VALUES): $(SUSPEND) is "
-            "not defined",
-            id="a template helper nothing uses",
         ),
     ],
 )
