@@ -52,6 +52,11 @@ test: venv controlplane helm ## Unit and integration tests (builds the control p
 unit: venv ## Unit tests only (no control plane needed)
 	$(BIN)/pytest tests/unit
 
+FUZZ_EXAMPLES ?= 20000
+fuzz: venv ## Fuzz every parser and the admission webhook's validation (~10 min; issue 18)
+	KONDOR_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) $(BIN)/pytest tests/unit/hostile/test_fuzz.py \
+	    -p no:cacheprovider -o timeout=900 --hypothesis-show-statistics
+
 check: lint typecheck crds-check condor-defaults-check chart-lint test ## Everything CI runs
 
 bench: venv ## Benchmarks with their baselines

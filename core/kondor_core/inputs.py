@@ -88,7 +88,11 @@ def load_yaml(content: bytes | str, *, source: str, limits: YamlLimits = LIMITS)
                 f"{source}: the file has {len(text)} characters; at most {limits.max_bytes} "
                 "are read"
             )
-    loader = _BoundedLoader(text, limits)
+    try:
+        # The reader checks the characters as it is built: a NUL is a YAMLError here too.
+        loader = _BoundedLoader(text, limits)
+    except yaml.YAMLError as err:
+        raise InputError(f"{source}: not valid YAML ({_yaml_reason(err)})") from None
     try:
         return loader.get_single_data()
     except yaml.YAMLError as err:

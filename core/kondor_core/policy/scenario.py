@@ -69,6 +69,8 @@ class ScenarioError(KondorError):
         super().__init__(f"{what} is invalid:\n  " + "\n  ".join(self.problems))
 
 
+#: Seconds of simulated time a scenario may span (ten years; times stay ClassAd integers).
+MAX_SECONDS = 10 * 365 * 24 * 3600
 #: Steps a scenario may list.
 MAX_STEPS = 10_000
 
@@ -99,7 +101,7 @@ class ExitStep(_Model):
 class StepDocument(_Model):
     """One step: at `at` seconds, exactly one of facts, submit, exit or command."""
 
-    at: Annotated[float, Field(ge=0)]
+    at: Annotated[float, Field(ge=0, le=MAX_SECONDS)]
     facts: dict[str, Any] | None = None
     submit: FileRef | dict[str, Any] | None = None
     exit: ExitStep | None = None
@@ -134,8 +136,8 @@ class ScenarioDocument(_Model):
 
     machine: FileRef | dict[str, Any]
     policy: FileRef | dict[str, Any]
-    polling_interval: Annotated[float, Field(gt=0)] = 5.0
-    until: Annotated[float, Field(gt=0)]
+    polling_interval: Annotated[float, Field(gt=0, le=MAX_SECONDS)] = 5.0
+    until: Annotated[float, Field(gt=0, le=MAX_SECONDS)]
     steps: Annotated[list[StepDocument], Field(max_length=MAX_STEPS)] = Field(default_factory=list)
 
     @model_validator(mode="after")

@@ -199,7 +199,8 @@ TIMELINE = (
 @pytest.mark.parametrize(
     ("rest", "said"),
     [
-        ("until: 1e18\n", ["until", "ticks", "100000"]),
+        ("until: 1e18\n", ["until", "315360000"]),
+        ("until: 3000000\npollingInterval: 1\n", ["until", "ticks", "100000"]),
         ("until: 600\npollingInterval: 0.000001\n", ["until", "pollingInterval", "ticks"]),
         ("until: .inf\n", ["until", "finite"]),
         ("until: .nan\n", ["until", "finite"]),
@@ -212,6 +213,7 @@ TIMELINE = (
     ],
     ids=[
         "huge until",
+        "too many ticks",
         "tiny interval",
         "infinite until",
         "NaN until",
