@@ -266,14 +266,30 @@ class _Compiler:
 
     # -- the machine ---------------------------------------------------------------------
 
-    def _machine_number(self, name: str, *, minimum: int) -> int | None:
-        """NUM_CPUS or MEMORY (MiB): an override of what the node has, if the snippet sets one."""
+    def _machine_number(self, name: str, *, minimum: int) -> int | str | None:
+        """NUM_CPUS or MEMORY (MiB): an override of what the node has, if the snippet sets one:
+        a whole number, or an expression over the machine (`$(DETECTED_CORES)*2`, the
+        reference's suspendable-pair example) that the layout evaluates on each node."""
         found = self._knob(name)
         if found is None or found[0] in MACHINE_REFERENCES:
             return None
         value, definition = found
         what = "a number of CPUs" if name == "NUM_CPUS" else "an amount of memory in MiB"
-        return self._integer(value, _label(definition), what=what, minimum=minimum)
+        label = _label(definition)
+        if value.strip().isdigit() or not is_undefined(_constant(value)):
+            return self._integer(value, label, what=what, minimum=minimum)
+        if not self._expression(value, label):
+            return None
+        references = ClassAd().externalRefs(parse_expr(value, field=label))
+        others = [r for r in references if r and not r.lower().startswith("detected")]
+        if not others:
+            return value
+        self.problems.append(
+            f"{label}: {value!r} refers to {', '.join(sorted(others))}; {name} is "
+            f"{what} or an expression over the machine's Detected* attributes such as "
+            "$(DETECTED_CPUS) * 2"
+        )
+        return None
 
     def _reserved(self) -> tuple[int, int]:
         reserved = self.spec.reserved

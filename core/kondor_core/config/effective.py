@@ -54,8 +54,10 @@ class EffectivePolicy:
     #: everything (the layout code applies it).
     slot_types: tuple[SlotTypeDef, ...] = ()
     #: NUM_CPUS / MEMORY overrides of what was detected (MEMORY in MiB), if set.
-    num_cpus: int | None = None
-    memory_mib: int | None = None
+    #: NUM_CPUS / MEMORY overrides: a number, or an expression over the machine's Detected*
+    #: attributes (`DetectedCpus * 2`) that the layout evaluates on each node.
+    num_cpus: int | str | None = None
+    memory_mib: int | str | None = None
     reserved_cpus: int = 0
     reserved_memory_mib: int = 0
     #: MACHINE_RESOURCE_<name>: custom resource quantities declared by the policy.

@@ -12,8 +12,10 @@ describes it:
   `$$(ATTR)` (match-time substitution) is left as it is.
 - a line ending in `\\` continues on the next; `NAME @=tag` ... `@tag` holds a
   multi-line value; a line starting with `#` is a comment.
-- `if` / `elif` / `else` / `endif` with `defined NAME`, `true`/`false`/`yes`/`no`,
-  a number, or a `$(...)` that expands to one, each optionally negated with `!`.
+- `if` / `elif` / `else` / `endif` with `defined NAME`, `version >= X.Y[.Z]` (the
+  HTCondor version Kondor follows), `true`/`false`/`yes`/`no`, a number, or a `$(...)`
+  that expands to one, each optionally negated with `!`.
+- the obsolete `NAME : value` is read as `NAME = value`, with a warning, as HTCondor does.
 - `use CATEGORY : Template[(args)][, Template...]` applies HTCondor's templates
   (kondor_core.config.templates); `error :` and `warning :` lines.
 - `STARTD.NAME = value` applies to the startd and wins over `NAME`; a knob for
@@ -36,6 +38,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from functools import cache
 
+from kondor_core.config.htcondor_defaults import HTCONDOR_VERSION
 from kondor_core.config.templates import BUILTIN_MACROS, TEMPLATES, known_templates
 from kondor_core.errors import KondorError
 
@@ -54,6 +57,8 @@ _ASSIGN = re.compile(r"([A-Za-z_][A-Za-z0-9_.]*)\s*=(.*)", re.DOTALL)
 _BLOCK = re.compile(r"([A-Za-z_][A-Za-z0-9_.]*)\s*@=\s*(\w+)\s*")
 _USE = re.compile(r"use\s+(\w+)\s*:\s*(.*)", re.IGNORECASE | re.DOTALL)
 _DIRECTIVE = re.compile(r"(error|warning)\s*:\s*(.*)", re.IGNORECASE | re.DOTALL)
+_COLON_ASSIGN = re.compile(r"([A-Za-z_][A-Za-z0-9_.]*)\s*:(.*)", re.DOTALL)
+_VERSION = re.compile(r"version\s*(==|!=|>=|<=|>|<)\s*(\d+\.\d+(?:\.\d+)?)\s*", re.IGNORECASE)
 _INCLUDE = re.compile(r"include\s*(?:\w+\s*)?:.*", re.IGNORECASE | re.DOTALL)
 _CONDITION = re.compile(r"(if|elif)(?=[\s!])(.*)", re.IGNORECASE | re.DOTALL)
 _BARE_KEYWORD = re.compile(r"(else|endif)", re.IGNORECASE)
@@ -518,6 +523,15 @@ class _Reader:
             )
         elif assign := _ASSIGN.fullmatch(content):
             self._assign(assign.group(1), assign.group(2).strip(), line, use)
+        elif colon := _COLON_ASSIGN.fullmatch(content):
+            # HTCondor still reads `NAME : value`, warning "obsolete use of ':' for parameter
+            # assignment".
+            name = colon.group(1)
+            self.notes.append(
+                f"{self._origin(line, use).label(name)}: obsolete use of ':' for parameter "
+                f"assignment; write {name} = {colon.group(2).strip()}"
+            )
+            self._assign(name, colon.group(2).strip(), line, use)
         else:
             self._fail(
                 line,
@@ -574,8 +588,7 @@ class _Reader:
                 name = table.expand(defined.group(1), owner=owner).value.strip()
                 return table.is_defined(name) != negate
             if re.match(r"version\b", condition, re.IGNORECASE):
-                self._fail(line, use, "version conditions are not supported")
-                return False
+                return self._version(condition, line, use) != negate
             value = table.expand(condition, owner=owner).value
         except MacroError as err:
             self._fail(line, use, str(err))
@@ -590,6 +603,31 @@ class _Reader:
             )
             return False
         return truth != negate
+
+    def _version(self, condition: str, line: _Line, use: Origin | None) -> bool:
+        """`if version >= 9.0`: against the HTCondor version whose configuration Kondor
+        follows (HTCONDOR_VERSION). A version of two parts compares two parts
+        ("Configuration File Conditionals"); HTCondor refuses one part, and so does Kondor."""
+        match = _VERSION.fullmatch(condition)
+        if match is None:
+            self._fail(
+                line,
+                use,
+                "a version condition is `version <op> X.Y[.Z]` (a version literal needs at "
+                "least two parts) with op one of "
+                "==, !=, <, <=, >, >=",
+            )
+            return False
+        operator, wanted = match.group(1), tuple(int(p) for p in match.group(2).split("."))
+        ours = tuple(int(p) for p in HTCONDOR_VERSION.split("."))[: len(wanted)]
+        return {
+            "==": ours == wanted,
+            "!=": ours != wanted,
+            ">=": ours >= wanted,
+            "<=": ours <= wanted,
+            ">": ours > wanted,
+            "<": ours < wanted,
+        }[operator]
 
     def _directive(self, kind: str, message: str, line: _Line, use: Origin | None) -> bool:
         if kind == "error":

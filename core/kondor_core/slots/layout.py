@@ -172,10 +172,9 @@ def machine_totals(machine: Machine, policy: EffectivePolicy) -> MachineTotals:
         "swap": machine.swap_mib,
     }
     total = dict(detected)
-    if policy.num_cpus is not None:
-        total["cpus"] = policy.num_cpus
-    if policy.memory_mib is not None:
-        total["memory"] = policy.memory_mib
+    for resource, override in (("cpus", policy.num_cpus), ("memory", policy.memory_mib)):
+        if override is not None:
+            total[resource] = _machine_override(resource, override, detected)
     for resource, reserved in (
         ("cpus", policy.reserved_cpus),
         ("memory", policy.reserved_memory_mib),
@@ -291,6 +290,25 @@ def _whole(quantity: float, what: str) -> int:
     if quantity != int(quantity):
         raise LayoutError(f"{what}: {quantity} is not a whole number; it is counted, not sized")
     return int(quantity)
+
+
+def _machine_override(resource: str, override: int | str, detected: Mapping[str, int]) -> int:
+    """NUM_CPUS / MEMORY: a number, or an expression over the Detected* attributes
+    (`DetectedCpus * 2`) evaluated against what the node has."""
+    if isinstance(override, int):
+        return override
+    knob = "NUM_CPUS" if resource == "cpus" else "MEMORY"
+    try:
+        tree = parse_expr(override, field=knob)
+    except ExpressionError as err:
+        raise LayoutError(str(err)) from None
+    ad = classad2.ClassAd({"DetectedCpus": detected["cpus"], "DetectedMemory": detected["memory"]})
+    value = tree.eval(ad)
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise LayoutError(f"{knob}: {override!r} gives {value!r} on this machine, not a number")
+    if value < 1 or value > CLASSAD_INT_MAX:
+        raise LayoutError(f"{knob}: {override!r} gives {value}; use a whole number from 1")
+    return int(value)
 
 
 def _count(slot_type: SlotTypeDef, totals: MachineTotals) -> int:

@@ -676,7 +676,7 @@ def test_startd_knobs_are_kept_for_the_policy_engine() -> None:
         pytest.param(
             "NUM_CPUS = lots",
             {},
-            "condorConfig line 1 (NUM_CPUS): 'lots' is not a number of CPUs",
+            "condorConfig line 1 (NUM_CPUS): 'lots' refers to lots; NUM_CPUS is a number of CPUs",
             id="NUM_CPUS",
         ),
         pytest.param(
@@ -769,3 +769,32 @@ def test_startd_attrs_may_name_a_built_in_macro() -> None:
 )
 def test_one_mistake_is_one_problem(config: str) -> None:
     assert len(_problems(config)) == 1
+
+
+def test_num_cpus_and_memory_over_the_machine() -> None:
+    """The reference's "Job Suspension" lies about the cores: NUM_CPUS = $(DETECTED_CORES)*2,
+    MEMORY = $(DETECTED_MEMORY)*2; the layout evaluates them on each node."""
+    from kondor_core.api.machine import Machine
+    from kondor_core.slots.layout import machine_totals
+
+    policy = _compile("NUM_CPUS = $(DETECTED_CORES)*2\nMEMORY = $(DETECTED_MEMORY)*2")
+    assert (policy.num_cpus, policy.memory_mib) == ("DetectedCpus*2", "DetectedMemory*2")
+    machine = Machine(name="pair", cpus=2, memory=4096, disk=0, swap=0)
+    totals = machine_totals(machine, policy)
+    assert (totals.total["cpus"], totals.total["memory"]) == (4, 8192)
+    assert (totals.detected["cpus"], totals.detected["memory"]) == (2, 4096)
+
+
+@pytest.mark.parametrize(
+    ("config", "message"),
+    [
+        ("NUM_CPUS = Foo * 2", "'Foo * 2' refers to Foo; NUM_CPUS is a number of CPUs or an"),
+        ("MEMORY = plenty", "'plenty' refers to plenty; MEMORY is an amount of memory in MiB"),
+        ("MEMORY = -5", "'-5' is not an amount of memory in MiB; use a whole number >= 1"),
+        ("NUM_CPUS = 0", "'0' is not a number of CPUs; use a whole number >= 1"),
+    ],
+)
+def test_num_cpus_and_memory_refused(config: str, message: str) -> None:
+    with pytest.raises(PolicyError) as refused:
+        _compile(config)
+    assert any(message in problem for problem in refused.value.problems), refused.value.problems

@@ -209,7 +209,8 @@ def _errors(text: str) -> list[str]:
             id="bad condition",
         ),
         pytest.param("if $(NOPE)\nendif", "$(NOPE) is not defined", id="undefined condition"),
-        pytest.param("if version >= 9.0\nendif", "version conditions are not supported"),
+        pytest.param("if version >= nine\nendif", "a version condition is `version <op> X.Y"),
+        pytest.param("if version == 25\nendif", "a version literal needs at least two parts"),
         pytest.param(
             "include : /etc/condor/extra.conf",
             "condorConfig line 1: 'include : /etc/condor/extra.conf': include is not supported",

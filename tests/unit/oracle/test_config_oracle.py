@@ -366,6 +366,11 @@ SINGULARITY_IMAGE_EXPR = "/cvmfs/cernvm-prod.cern.ch/cvm3"
         "SINGULARITY_TARGET_DIR = /srv"
     ),
     f"{_EP}: VM_TYPE": "VM_TYPE = kvm",
+    f"{_EP}: job suspension, lying about the cores": (
+        "NUM_CPUS = $(DETECTED_CORES)*2\nMEMORY = $(DETECTED_MEMORY)*2"
+    ),
+    # Read with a warning, as HTCondor does ("obsolete use of ':' for parameter assignment").
+    "startd-policy-v6: obsolete ':' assignment": "WANT_SUSPEND : True",
     # $(SBIN) is HTCondor's default, $(RELEASE_DIR)/sbin.
     f"{_EP}: vm-gahp": "VM_GAHP_SERVER = $(SBIN)/condor_vm-gahp.exe",
     f"{_EP}: GPUs": "use feature : GPUs",
@@ -594,6 +599,21 @@ STARTD_ATTRS = favorite_color, favorite_season
 SLOT1_STARTD_ATTRS = favorite_movie
 SLOT2_STARTD_ATTRS = favorite_song
 """,
+    **{
+        f"version: {condition}": f"if {condition}\nA = yes\nelse\nA = no\nendif"
+        for condition in (
+            "version >= 9.0",
+            "version >= 25.14",
+            "version > 25.14",
+            "version > 25.14.0",
+            "version == 25.14",
+            "version == 25.14.1",
+            "version != 25.14.1",
+            "version < 26.0",
+            "version <= 8.1.6",
+            "! version >= 26.0",
+        )
+    },
     "conditionals and appending": """
 A = 1
 A = $(A) + 2
@@ -643,10 +663,6 @@ REFUSED: dict[str, tuple[str, str]] = {
         "SLOT1_STARTD_ATTRS = favorite_movie\nSLOT2_STARTD_ATTRS = favorite_song",
         "lists favorite_color, but nothing defines it",
     ),
-    f"{_EP}: job suspension, lying about the cores": (
-        "NUM_CPUS = $(DETECTED_CORES)*2\nMEMORY = $(DETECTED_MEMORY)*2",
-        "is not a number of CPUs",
-    ),
     f"{_EP}: BOINC": ("BOINC_HOME = $(LOCAL_DIR)/boinc", "$(LOCAL_DIR) is not defined"),
     f"{_EP}: startd cron as printed": (
         "MODULES = $(ROOT)/modules\nSTARTD_CRON_JOBLIST = date\n"
@@ -657,10 +673,6 @@ REFUSED: dict[str, tuple[str, str]] = {
         "WANT_SUSPEND = ( $(SmallJob) || $(KeyboardNotBusy) \\\n"
         "                 || $(IsPVM) || $(IsVanilla) )",
         "$(IsPVM) is not defined",
-    ),
-    "startd-policy-v6: obsolete ':' assignment": (
-        "WANT_SUSPEND : True",
-        "not a configuration statement",
     ),
 }
 
