@@ -234,8 +234,8 @@ class _Compiler:
         function = _CONFIG_FUNCTION.search(value)
         if function is not None:
             self.problems.append(
-                f"{label}: {value!r} uses the configuration function {function.group(0)}...), "
-                "which Kondor does not evaluate; write the value instead"
+                f"{label}: {value!r} uses {function.group(0)}...), which is not a "
+                "configuration function HTCondor documents; write the value instead"
             )
             return False
         try:

@@ -12,6 +12,8 @@ describes it:
   `$$(ATTR)` (match-time substitution) is left as it is.
 - a line ending in `\\` continues on the next; `NAME @=tag` ... `@tag` holds a
   multi-line value; a line starting with `#` is a comment.
+- configuration functions (`$INT(...)`, `$EVAL(...)`, `$RANDOM_INTEGER(...)`, ...), evaluated
+  at compile time where their inputs are known (kondor_core.config.functions).
 - `if` / `elif` / `else` / `endif` with `defined NAME`, `version >= X.Y[.Z]` (the
   HTCondor version Kondor follows), `true`/`false`/`yes`/`no`, a number, or a `$(...)`
   that expands to one, each optionally negated with `!`.
@@ -38,6 +40,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from functools import cache
 
+from kondor_core.config.functions import FunctionError, call, is_function
 from kondor_core.config.htcondor_defaults import HTCONDOR_VERSION
 from kondor_core.config.templates import BUILTIN_MACROS, TEMPLATES, known_templates
 from kondor_core.errors import KondorError
@@ -57,6 +60,7 @@ _ASSIGN = re.compile(r"([A-Za-z_][A-Za-z0-9_.]*)\s*=(.*)", re.DOTALL)
 _BLOCK = re.compile(r"([A-Za-z_][A-Za-z0-9_.]*)\s*@=\s*(\w+)\s*")
 _USE = re.compile(r"use\s+(\w+)\s*:\s*(.*)", re.IGNORECASE | re.DOTALL)
 _DIRECTIVE = re.compile(r"(error|warning)\s*:\s*(.*)", re.IGNORECASE | re.DOTALL)
+_FUNCTION = re.compile(r"\$([A-Za-z_]+)\(")
 _COLON_ASSIGN = re.compile(r"([A-Za-z_][A-Za-z0-9_.]*)\s*:(.*)", re.DOTALL)
 _VERSION = re.compile(r"version\s*(==|!=|>=|<=|>|<)\s*(\d+\.\d+(?:\.\d+)?)\s*", re.IGNORECASE)
 _INCLUDE = re.compile(r"include\s*(?:\w+\s*)?:.*", re.IGNORECASE | re.DOTALL)
@@ -233,11 +237,43 @@ class MacroTable:
                         key=f"length {stack[-1].name.upper()}",
                     )
                 index = close + 1
+            elif (function := _FUNCTION.match(text, start)) and is_function(function.group(1)):
+                close = _close_paren(text, function.end() - 1)
+                if close < 0:
+                    raise MacroError(
+                        f"{_where(stack)}: '{function.group(0)}' has no closing ')' in "
+                        f"{text.strip()!r}"
+                    )
+                inner = text[function.end() : close]
+                expanded = self._function(function.group(1), inner, stack, used, level + 1)
+                out.append(expanded)
+                size += start - index + len(expanded)
+                index = close + 1
             else:
                 out.append("$")
                 index = start + 1
         out.append(text[index:])
         return "".join(out)
+
+    def _function(
+        self, name: str, inner: str, stack: tuple[Definition, ...], used: set[str], level: int
+    ) -> str:
+        """`$name(inner)`: its arguments expanded, then the configuration function applied."""
+        args = _split_top(self._expand(inner, stack, used, level)) if inner.strip() else []
+
+        def lookup(macro: str) -> str | None:
+            definition = self.get(macro)
+            if definition is None:
+                return None
+            used.add(definition.name.upper())
+            expansion = self._expand_definition(definition, stack, level)
+            used.update(expansion.used)
+            return expansion.value
+
+        try:
+            return call(name, args, lookup=lookup, seed=stack[0].name.upper())
+        except FunctionError as err:
+            raise MacroError(f"{_where(stack)}: {err}") from None
 
     def _reference(
         self, inner: str, stack: tuple[Definition, ...], used: set[str], level: int

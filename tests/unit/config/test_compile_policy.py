@@ -692,11 +692,30 @@ def test_startd_knobs_are_kept_for_the_policy_engine() -> None:
             id="bad attribute name",
         ),
         pytest.param(
-            "PERIODIC_X = 1\nSTART = $RANDOM_INTEGER(1,2,1) > 1",
+            "PERIODIC_X = 1\nSTART = $ENV(HOME) > 1",
             {},
-            "condorConfig line 2 (START): '$RANDOM_INTEGER(1,2,1) > 1' uses the configuration "
-            "function $RANDOM_INTEGER(...)",
-            id="config function",
+            "condorConfig line 2 (START): $ENV(HOME) reads the environment of the daemon",
+            id="config function not known at compile time",
+        ),
+        pytest.param(
+            "START = $INT(Memory) > 1",
+            {},
+            "condorConfig line 1 (START): $INT(Memory): 'TotalMemory' is UNDEFINED when the "
+            "policy is compiled",
+            id="config function over the slot",
+        ),
+        pytest.param(
+            "START = $RANDOM_INTEGER(3,1) > 1",
+            {},
+            "condorConfig line 1 (START): $RANDOM_INTEGER(3, 1): min > max",
+            id="config function with bad arguments",
+        ),
+        pytest.param(
+            "START = $SOMETHING(1) > 1",
+            {},
+            "condorConfig line 1 (START): '$SOMETHING(1) > 1' uses $SOMETHING(...), which is "
+            "not a configuration function HTCondor documents",
+            id="unknown config function",
         ),
         pytest.param(
             "START = $(NOPE)",

@@ -405,3 +405,31 @@ def test_a_chain_within_the_bound_expands() -> None:
     lines = [f"M{n} = $(M{n + 1})" for n in range(40)] + ["M40 = True", "START = $(M0)"]
     policy = compile_policy(SlotPolicySpec.model_validate({"condorConfig": "\n".join(lines)}))
     assert policy.expressions["START"] == "True"
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        pytest.param("A = 7\nB = $INT(A)", "7", id="INT of a macro"),
+        pytest.param("B = $INT(3*4, %03d)", "012", id="INT with a format"),
+        pytest.param("B = $REAL(1/4.0)", "0.25", id="REAL"),
+        pytest.param("B = $EVAL(2 + 3)", "5", id="EVAL"),
+        pytest.param('B = $STRING("x")', "x", id="STRING"),
+        pytest.param("L = a, b, c\nB = $CHOICE(1, L)", "b", id="CHOICE of a list macro"),
+        pytest.param("B = $CHOICE(2, x, y, z)", "z", id="CHOICE of arguments"),
+        pytest.param("S = abcdef\nB = $SUBSTR(S, 2, 3)", "cde", id="SUBSTR"),
+        pytest.param("S = abcdef\nB = $SUBSTR(S, -2)", "ef", id="SUBSTR from the end"),
+        pytest.param("B = $NOTAFUNC(1)", "$NOTAFUNC(1)", id="not a function: text"),
+    ],
+)
+def test_configuration_functions(text: str, expected: str) -> None:
+    assert _value(text, "B") == expected
+
+
+def test_random_functions_are_stable_and_in_range() -> None:
+    """The same policy compiles to the same value; a different knob may pick another."""
+    first = _value("B = $RANDOM_INTEGER(-30, 30, 2)", "B")
+    assert first == _value("B = $RANDOM_INTEGER(-30, 30, 2)", "B")
+    assert first is not None and -30 <= int(first) <= 30 and int(first) % 2 == 0
+    picks = {_value(f"K{n} = $RANDOM_CHOICE(a, b, c)", f"K{n}") for n in range(30)}
+    assert picks == {"a", "b", "c"}

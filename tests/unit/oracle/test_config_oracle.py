@@ -614,6 +614,25 @@ SLOT2_STARTD_ATTRS = favorite_song
             "! version >= 26.0",
         )
     },
+    **{
+        f"function: {text}": f"{setup}RESULT = {text}"
+        for setup, text in (
+            ("A = 7\n", "$INT(A)"),
+            ("", "$INT(3*4)"),
+            ("", "$INT(3*4, %03d)"),
+            ("", "$INT(7.9)"),
+            ("", "$REAL(1/4.0)"),
+            ("", "$REAL(3, %.2f)"),
+            ("", "$EVAL(2 + 3)"),
+            ("", '$STRING("x")'),
+            ("X = 5\n", "$INT(X, %d)"),
+            ("L = a, b, c\n", "$CHOICE(1, L)"),
+            ("", "$CHOICE(2, x, y, z)"),
+            ("S = abcdef\n", "$SUBSTR(S, 2, 3)"),
+            ("S = abcdef\n", "$SUBSTR(S, -2)"),
+            ("S = abcdef\n", "$SUBSTR(S, 1, -2)"),
+        )
+    },
     "conditionals and appending": """
 A = 1
 A = $(A) + 2
@@ -668,6 +687,10 @@ REFUSED: dict[str, tuple[str, str]] = {
         "MODULES = $(ROOT)/modules\nSTARTD_CRON_JOBLIST = date\n"
         "STARTD_CRON_DATE_EXECUTABLE = $(MODULES)/date\nSTARTD_CRON_DATE_PERIOD = 15s",
         "$(ROOT) is not defined",
+    ),
+    "function: a default inside $INT": (
+        "RESULT = ClockDay < $INT(WorkweekFirstDay:1)",
+        "'WorkweekFirstDay:1' is not a ClassAd expression",
     ),
     "startd-policy-v7: default policy with IsPVM": (
         "WANT_SUSPEND = ( $(SmallJob) || $(KeyboardNotBusy) \\\n"
@@ -1226,12 +1249,28 @@ MANUAL_HELPERS = Difference(
     "which leaves a broken expression or none.",
     _htcondor_broken,
 )
+_RANDOM_MINUTES = re.compile(r"\+ (-?\d+) \* 60 \)")
+
+
+def _same_but_random(knob: Knob, htcondor: Knobs) -> bool:
+    """Both pick a number of minutes from -30 to 30; otherwise the values agree."""
+    ours, theirs = (
+        _RANDOM_MINUTES.search(knob.kondor or ""),
+        _RANDOM_MINUTES.search(knob.htcondor or ""),
+    )
+    if ours is None or theirs is None or not -30 <= int(ours.group(1)) <= 30:
+        return False
+    return _RANDOM_MINUTES.sub("", knob.kondor or "") == _RANDOM_MINUTES.sub(
+        "", knob.htcondor or ""
+    )
+
+
 RANDOM_INTEGER = Difference(
-    "config-functions",
-    "Kondor does not evaluate configuration functions: UWCS_PERIODIC_CHECKPOINT keeps "
-    "$RANDOM_INTEGER(-30,30,1) where HTCondor picks a number. Kondor does not checkpoint, "
-    "and reports the knob as not implemented.",
-    lambda knob, htcondor: "$RANDOM_INTEGER(-30,30,1)" in (knob.kondor or ""),
+    "random-functions",
+    "$RANDOM_INTEGER and $RANDOM_CHOICE choose from the same range as HTCondor, but with a "
+    "choice seeded by the knob and its arguments, so that the same SlotPolicy always compiles "
+    "to the same policy: UWCS_PERIODIC_CHECKPOINT's number of minutes differs.",
+    _same_but_random,
 )
 GPU_MONITOR = Difference(
     "gpus-monitor",
