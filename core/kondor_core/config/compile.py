@@ -863,6 +863,12 @@ class _Compiler:
                 f"{_label(executable[1])}: the {mode} job {name} needs "
                 f"{base}_{name.upper()}_PERIOD (15s, 10m, 2h)"
             )
+        elif mode is cron.CronMode.WAIT_FOR_EXIT and re.fullmatch(
+            r"\s*0+\s*[smhSMH]?\s*", period[0]
+        ):
+            # FEATURE : ContinuousCronHook's PERIOD = 0: restart as soon as it exits (the
+            # schedule keeps the manual's one-second minimum).
+            fields["period"] = 0
         else:
             fields["period"] = self._cron_value(cron.parse_period, period) or 0
         readers = {

@@ -335,6 +335,51 @@ STARTD_CRON_GPUs_MONITOR_CONDITION = TotalGPUs > 0 && OpSys =!= "WINDOWS"
 STARTD_JOB_ATTRS = $(STARTD_JOB_ATTRS) GPUsUsage GPUsMemoryUsage
 """
 
+# The daemon cron hooks ("Daemon ClassAd Hooks"); $(1) is STARTD_CRON (or SCHEDD_CRON, whose
+# knobs Kondor reports and ignores), $(2) the job's tag.
+_PERIODIC_CRON_HOOK = """
+if ! $(4?)
+  error : use FEATURE : PeriodicCronHook requires at least 4 arguments: \
+STARTD_CRON | SCHEDD_CRON, tag, period, hook_exe [,hook_args]
+endif
+$(1)_JOBLIST=$($(1)_JOBLIST) $(2)
+$(1)_$(2)_MODE=Periodic
+$(1)_$(2)_PERIOD=$(3)
+$(1)_$(2)_EXECUTABLE=$(4)
+if $(5?)
+  $(1)_$(2)_ARGS=$(5)
+endif
+"""
+
+_ONE_SHOT_CRON_HOOK = """
+if ! $(3?)
+  error : use FEATURE : OneShotCronHook requires at least 3 arguments: \
+STARTD_CRON | SCHEDD_CRON, tag, hook_exe [,hook_args]
+endif
+$(1)_JOBLIST=$($(1)_JOBLIST) $(2)
+$(1)_$(2)_MODE=OneShot
+$(1)_$(2)_KILL=true
+$(1)_$(2)_RECONFIG_RERUN=true
+$(1)_$(2)_EXECUTABLE=$(3)
+if $(4?)
+  $(1)_$(2)_ARGS=$(4)
+endif
+"""
+
+_CONTINUOUS_CRON_HOOK = """
+if ! $(3?)
+  error : use FEATURE : ContinuousCronHook requires at least 3 arguments: \
+STARTD_CRON | SCHEDD_CRON, tag, hook_exe [,hook_args]
+endif
+$(1)_JOBLIST=$($(1)_JOBLIST) $(2)
+$(1)_$(2)_MODE=WaitForExit
+$(1)_$(2)_PERIOD=0
+$(1)_$(2)_EXECUTABLE=$(3)
+if $(4?)
+  $(1)_$(2)_ARGS=$(4)
+endif
+"""
+
 _PARTITIONABLE_SLOT = """
 NUM_SLOTS_TYPE_$(1:1)=1
 SLOT_TYPE_$(1:1)_PARTITIONABLE=true
@@ -359,6 +404,27 @@ _ALL = (
     Template("FEATURE", "GPUs", _GPUS, "detect GPUs and offer them as a custom resource"),
     Template("FEATURE", "GPUsMonitor", _GPUS_MONITOR, "monitor GPU usage"),
     Template("FEATURE", "Monitor", _MONITOR, "a custom machine resource monitor"),
+    Template("FEATURE", "PeriodicCronHook", _PERIODIC_CRON_HOOK, "a periodic cron hook"),
+    Template("FEATURE", "OneShotCronHook", _ONE_SHOT_CRON_HOOK, "a one-shot cron hook"),
+    Template("FEATURE", "ContinuousCronHook", _CONTINUOUS_CRON_HOOK, "a continuous cron hook"),
+    Template(
+        "FEATURE",
+        "StartdCronPeriodic",
+        "use FEATURE : PeriodicCronHook(STARTD_CRON, $(0))",
+        "a periodic startd cron job: tag, period, executable [, arguments]",
+    ),
+    Template(
+        "FEATURE",
+        "StartdCronOneShot",
+        "use FEATURE : OneShotCronHook(STARTD_CRON, $(0))",
+        "a one-shot startd cron job: tag, executable [, arguments]",
+    ),
+    Template(
+        "FEATURE",
+        "StartdCronContinuous",
+        "use FEATURE : ContinuousCronHook(STARTD_CRON, $(0))",
+        "a continuous startd cron job: tag, executable [, arguments]",
+    ),
     Template("FEATURE", "PartitionableSlot", _PARTITIONABLE_SLOT, "one partitionable slot"),
     Template("FEATURE", "StaticSlots", _STATIC_SLOTS, "static slots, one per core by default"),
     Template("POLICY", "Desktop", _DESKTOP, "cycle scavenging on desktop computers"),

@@ -817,3 +817,35 @@ def test_num_cpus_and_memory_refused(config: str, message: str) -> None:
     with pytest.raises(PolicyError) as refused:
         _compile(config)
     assert any(message in problem for problem in refused.value.problems), refused.value.problems
+
+
+def test_startd_cron_templates() -> None:
+    """FEATURE : StartdCronOneShot / StartdCronPeriodic / StartdCronContinuous, as HTCondor's
+    OneShotCronHook, PeriodicCronHook and ContinuousCronHook define them."""
+    policy = _compile(
+        "use FEATURE : StartdCronOneShot(hw, /usr/local/bin/hardware, --short)\n"
+        "use FEATURE : StartdCronPeriodic(load, 2m, /usr/local/bin/load)\n"
+        "use FEATURE : StartdCronContinuous(watch, /usr/local/bin/watch)"
+    )
+    jobs = {job.name: job for job in policy.cron_jobs}
+    assert list(jobs) == ["hw", "load", "watch"]
+    hw, load, watch = jobs["hw"], jobs["load"], jobs["watch"]
+    assert (hw.mode.value, hw.kill, hw.reconfig_rerun, hw.args) == (
+        "OneShot",
+        True,
+        True,
+        ("--short",),
+    )
+    assert (load.mode.value, load.period, load.executable) == (
+        "Periodic",
+        120,
+        "/usr/local/bin/load",
+    )
+    assert (watch.mode.value, watch.period) == ("WaitForExit", 0)
+    assert policy.warnings == ()
+
+
+def test_startd_cron_template_without_enough_arguments() -> None:
+    with pytest.raises(PolicyError) as refused:
+        _compile("use FEATURE : StartdCronPeriodic(load, 2m)")
+    assert "use FEATURE : PeriodicCronHook requires at least 4 arguments" in str(refused.value)

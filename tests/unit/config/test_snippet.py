@@ -179,7 +179,7 @@ def _errors(text: str) -> list[str]:
         pytest.param(
             "use FEATURE : Nope",
             "condorConfig line 1: 'use FEATURE : Nope': there is no template FEATURE : Nope; "
-            "Kondor knows FEATURE : GPUs,",
+            "Kondor knows FEATURE : ContinuousCronHook, FEATURE : GPUs,",
             id="unknown template",
         ),
         pytest.param(
