@@ -53,21 +53,21 @@ class PoolSpec(Model):
         description="MATCH_TIMEOUT: seconds a match may wait for the execution point's answer "
         "before the job is Idle again",
     )
-    priority_halflife: Annotated[float, Field(gt=0)] = Field(
+    priority_halflife: Annotated[float, Field(ge=1)] = Field(
         default=DEFAULT_PRIORITY_HALFLIFE,
         description="PRIORITY_HALFLIFE: seconds in which a user's real priority moves half way "
         "to the resources the user uses",
     )
-    default_prio_factor: Annotated[float, Field(gt=0)] = Field(
+    default_prio_factor: Annotated[float, Field(ge=1)] = Field(
         default=DEFAULT_PRIO_FACTOR,
         description="DEFAULT_PRIO_FACTOR: the priority factor of a user with none of their own "
         "(effective priority = real priority x factor)",
     )
-    priority_factors: dict[str, Annotated[float, Field(gt=0)]] = Field(
+    priority_factors: dict[str, Annotated[float, Field(ge=1)]] = Field(
         default_factory=dict,
         description="Per-user priority factors (condor_userprio -setfactor): user -> factor",
     )
-    nice_user_prio_factor: Annotated[float, Field(gt=0)] = Field(
+    nice_user_prio_factor: Annotated[float, Field(ge=1)] = Field(
         default=DEFAULT_NICE_USER_PRIO_FACTOR,
         description="NICE_USER_PRIO_FACTOR: the factor of nice-user jobs (NiceUser true in "
         "the job ad), accounted as the submitter nice-user.<owner>",
