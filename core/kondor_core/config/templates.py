@@ -137,6 +137,77 @@ SLOTS_CONNECTED_TO_CONSOLE=1000000
 IS_OWNER=(START =?= False)
 """
 
+_POLICY_HOURS_TO_START = """
+WorkdayBeginHour=$(1:8)
+WorkdayEndHour=$(2:12+5)
+WorkdayBeginMinuteStartJobs=($(WorkdayBeginHour))*60 - 29.5
+WorkdayBeginMinuteStopJobs=($(WorkdayBeginHour))*60 - 9.5
+WorkdayEndMinute=($(WorkdayEndHour))*60 + 0.5
+RunJobsHours=ClockMin < $INT(WorkdayBeginMinuteStartJobs) || ClockMin > $INT(WorkdayEndMinute)
+NoJobsHours=ClockMin > $INT(WorkdayBeginMinuteStopJobs) && ClockMin < $INT(WorkdayEndMinute)
+if $(3?)
+  WorkweekFirstDay=$(3:1)
+  WorkweekLastDay=$(4:5)
+  IsWeekend=ClockDay < $INT(WorkweekFirstDay) || ClockDay > $INT(WorkWeekLastDay)
+  IsWorkday=ClockDay >= $INT(WorkweekFirstDay) && ClockDay <= $INT(WorkWeekLastDay)
+  RunJobsHours=$(IsWeekend) || $(RunJobsHours)
+  NoJobsHours=$(IsWorkday) && $(NoJobsHours)
+endif
+RunJobsHours=($(RunJobsHours))
+NoJobsHours=($(NoJobsHours))
+"""
+
+# POLICY : DESKTOP_IDLE and DESKTOP_HOURS, with Kondor's CpuBusyTimer (see _DESKTOP).
+_EVICT_NOT_SUSPEND = """
+WANT_SUSPEND=False
+WANT_VACATE=True
+SUSPEND=False
+CONTINUE=True
+KILL=False
+MaxJobRetirementTime=0
+CLAIM_WORKLIFE=
+SLOTS_CONNECTED_TO_KEYBOARD=1000000
+SLOTS_CONNECTED_TO_CONSOLE=1000000
+IS_OWNER=(START =?= False)
+"""
+
+_DESKTOP_IDLE = (
+    """
+if $(1?)
+  use FEATURE : POLICY_HOURS_TO_START($(1+))
+endif
+NonCondorLoadAvg=(LoadAvg - CondorLoadAvg)
+CpuBusy=($(NonCondorLoadAvg) >= $(HighLoad))
+CpuIdle=($(NonCondorLoadAvg) <= $(BackgroundLoad))
+STARTD_LATCH_EXPRS = $(STARTD_LATCH_EXPRS) CpuBusy
+CpuBusyTimer=ifThenElse(CpuIsBusy =?= true, CpuBusyTime, 0)
+PreemptKeyboardIdleTime=60
+PreemptCpuBusyTime=120
+PREEMPT=(KeyboardIdle < $(PreemptKeyboardIdleTime)) || ($(CpuBusyTimer) > $(PreemptCpuBusyTime))
+if defined NoJobsHours
+  PREEMPT = ($(PREEMPT)) && ($(NoJobsHours))
+endif
+START=(KeyboardIdle > $(StartIdleTime)) && $(CPUIdle)
+if defined RunJobsHours
+  START = ($(START)) || ($(RunJobsHours))
+endif
+"""
+    + _EVICT_NOT_SUSPEND
+)
+
+_DESKTOP_HOURS = (
+    """
+use FEATURE : POLICY_HOURS_TO_START($(1+))
+NonCondorLoadAvg=(LoadAvg - CondorLoadAvg)
+CpuBusy=($(NonCondorLoadAvg) >= $(HighLoad))
+STARTD_LATCH_EXPRS = $(STARTD_LATCH_EXPRS) CpuBusy
+CpuBusyTimer=ifThenElse(CpuIsBusy =?= true, CpuBusyTime, 0)
+PREEMPT = $(NoJobsHours)
+START = $(RunJobsHours)
+"""
+    + _EVICT_NOT_SUSPEND
+)
+
 _ALWAYS_RUN_JOBS = """
 WANT_SUSPEND=False
 WANT_VACATE=True
@@ -429,6 +500,14 @@ _ALL = (
     Template("FEATURE", "StaticSlots", _STATIC_SLOTS, "static slots, one per core by default"),
     Template("POLICY", "Desktop", _DESKTOP, "cycle scavenging on desktop computers"),
     Template("POLICY", "Always_Run_Jobs", _ALWAYS_RUN_JOBS, "a no-preemption policy"),
+    Template(
+        "FEATURE",
+        "POLICY_HOURS_TO_START",
+        _POLICY_HOURS_TO_START,
+        "work hours: begin hour, end hour [, first and last workday]",
+    ),
+    Template("POLICY", "Desktop_Idle", _DESKTOP_IDLE, "run jobs when the desktop is idle"),
+    Template("POLICY", "Desktop_Hours", _DESKTOP_HOURS, "run jobs outside work hours"),
     Template("POLICY", "UWCS_Desktop", _UWCS_DESKTOP, "run jobs only when the user is away"),
     Template("POLICY", "Limit_Job_Runtimes", _LIMIT_JOB_RUNTIMES, "limit job runtimes"),
     Template("POLICY", "PREEMPT_IF", _PREEMPT_IF, "preempt when a macro's trigger is true"),

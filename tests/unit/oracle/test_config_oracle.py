@@ -578,6 +578,13 @@ TEMPLATE_EXAMPLES: dict[str, str] = {
         "use FEATURE : StaticSlots(1, $(DETECTED_CPUS) / 2)",
         "use FEATURE : StaticSlots(1, 2 * 4)",
         "use FEATURE : StaticSlots(2, 3, cpus=1, mem=25%)",
+        "use FEATURE : POLICY_HOURS_TO_START",
+        "use FEATURE : POLICY_HOURS_TO_START(7, 18)",
+        "use FEATURE : POLICY_HOURS_TO_START(7.5, 19, 1, 5)",
+        "use POLICY : Desktop_Idle",
+        "use POLICY : Desktop_Idle(9, 17, 1, 5)",
+        "use POLICY : Desktop_Hours",
+        "use POLICY : Desktop_Hours(6, 20)",
         "use FEATURE : StartdCronPeriodic(load, 5m, /usr/local/bin/load)",
         "use FEATURE : StartdCronPeriodic(load, 90, /usr/local/bin/load, -v --all)",
         "use FEATURE : StartdCronOneShot(hw, /usr/local/bin/hardware)",
@@ -1255,6 +1262,15 @@ CPU_BUSY_TIMER = Difference(
         "IfThenElse(CpuBusyValue is 1, time() - CpuBusyTime, 0)",
     ),
 )
+CPU_BUSY_TIMER_PRODUCT = Difference(
+    "cpu-busy-timer",
+    CPU_BUSY_TIMER.why + " POLICY : Desktop_Idle and Desktop_Hours write HTCondor's form as "
+    "CpuBusyValue * (time() - CpuBusyTime).",
+    _rewritten(
+        "ifThenElse(CpuIsBusy =?= true, CpuBusyTime, 0)",
+        "(CpuBusyValue * (time() - CpuBusyTime))",
+    ),
+)
 MANUAL_HELPERS = Difference(
     "manual-helper-macros",
     "The reference's helper macros (CPUIdle, CPUBusy, KeyboardBusy, MachineBusy, JustCPU, "
@@ -1393,6 +1409,15 @@ DIFFERENCES: dict[tuple[str, str], Difference] = {
         (example, knob): MANUAL_HELPERS
         for example, knobs in _HELPERS_USED.items()
         for knob in knobs
+    },
+    **{
+        (f"template: use POLICY : {template}", knob): CPU_BUSY_TIMER_PRODUCT
+        for template in ("Desktop_Idle", "Desktop_Idle(9, 17, 1, 5)")
+        for knob in ("CPUBUSYTIMER", "PREEMPT")
+    },
+    **{
+        (f"template: use POLICY : {template}", "CPUBUSYTIMER"): CPU_BUSY_TIMER_PRODUCT
+        for template in ("Desktop_Hours", "Desktop_Hours(6, 20)")
     },
     ("template: use FEATURE : UWCS_DESKTOP_POLICY_VALUES", "CPUBUSYTIMER"): CPU_BUSY_TIMER,
     ("template: use FEATURE : UWCS_DESKTOP_POLICY_VALUES", "UWCS_SUSPEND"): CPU_BUSY_TIMER,
