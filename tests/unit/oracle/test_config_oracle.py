@@ -652,6 +652,38 @@ SLOT2_STARTD_ATTRS = favorite_song
             ("S = abcdef\n", "$SUBSTR(S, 1, -2)"),
         )
     },
+    "syntax: macros of macros": "A = 1\nB = $(A)$(A)\nC = <$(B)> and $(A)",
+    "syntax: a macro named by a macro": "N = 2\nX2 = two\nR = $(X$(N))",
+    "syntax: lazy expansion": "B = $(A) + 1\nA = 1\nA = 5",
+    "syntax: defaults": "E =\nD = 2\nR1 = $(NOPE:7)\nR2 = $(E:8)\nR3 = $(NOPE:$(D)1)",
+    "syntax: later definitions win, any case": "a = 1\nA = 2\nR = $(a)",
+    "syntax: continuation lines": "R = 1 + \\\n  2 + \\\n  3\nS = x\\\ny",
+    "syntax: self-append and prepend": "R = x\nR = $(R) y\nR = w $(r)\nS = $(S) alone",
+    "syntax: a multi-line value": "R @=end\n  first line\n  second line\n@end\nS = $(R)",
+    "syntax: nested conditionals": """
+if true
+  if false
+    R = 1
+  elif defined NOPE
+    R = 2
+  else
+    R = 3
+  endif
+else
+  R = 4
+endif
+if ! defined R
+  S = unset
+elif $(R)
+  S = set
+endif
+""",
+    "syntax: conditions on numbers and words": (
+        "if 0\nA = 1\nelse\nA = 0\nendif\nif yes\nB = 1\nendif\nif ! false\nC = 1\nendif"
+    ),
+    "syntax: DOLLAR": "R = $(DOLLAR)(NOT_A_MACRO) costs $(DOLLAR)5",
+    "syntax: defined on a default": "if defined START\nR = start is $(START)\nendif",
+    "syntax: appending to a default": "START = $(START) && KeyboardIdle > 60",
     "conditionals and appending": """
 A = 1
 A = $(A) + 2
