@@ -1,0 +1,187 @@
+"""Fair share on the dev cluster (issue 13): alice and bob submit 20 jobs each onto 8
+one-core slots of a node whose agent runs them as real processes; the operator's negotiator
+shares the slots by effective user priority, `kubectl kondor userprio -setfactor` moves the
+split, and the accountant (the Pool's status) survives an operator restart.
+
+The operator runs as a process of this module (not the dev cluster's) so that it can be
+restarted; its admission webhook stamps each job's owner from the submitting user."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import sys
+import time
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from kubernetes import client, config
+
+from kondor_devcluster.cluster import ClusterSpec, DevCluster, free_port
+
+from .conftest import skip_reason
+from .test_jobs_end_to_end import Cluster, eventually, process_job, slot_policy
+from .test_operator import Operator, start_operator, stop_operator, wait_ready
+
+pytestmark = pytest.mark.timeout(480)
+
+NODE = "kwok-fair-0"
+SLOTS = 8
+#: Eight one-core static slots.
+STATIC = f"SLOT_TYPE_1 = cpus=1\nNUM_SLOTS_TYPE_1 = {SLOTS}\nSLOT_TYPE_1_PARTITIONABLE = FALSE\n"
+#: Long enough that a cycle's split can be seen, short enough that the jobs cycle.
+JOB_SECONDS = 20
+
+
+class FairCluster:
+    """The dev cluster, its kubectl, and the operator process (restartable)."""
+
+    def __init__(self, dev: DevCluster, kubectl: Cluster, tmp: Path) -> None:
+        self.dev = dev
+        self.kubectl = kubectl
+        self.tmp = tmp
+        self.admin = config.new_client_from_config(
+            config_file=str(dev.spec.kubeconfig), context="admin"
+        )
+        self.operator: Operator | None = None
+
+    def start_operator(self) -> None:
+        self.operator = start_operator(
+            self.dev, self.tmp, lease=f"fair-{int(time.time() * 1000) % 100000}", webhook=True
+        )
+        wait_ready(self.operator, self.admin)
+
+    def stop_operator(self) -> None:
+        if self.operator is not None:
+            stop_operator(self.operator, self.admin)
+            self.operator = None
+
+    def pool_status(self) -> dict[str, Any]:
+        pool = client.CustomObjectsApi(self.admin).get_cluster_custom_object(
+            "kondor.io", "v1alpha1", "pools", "default"
+        )
+        return dict(pool.get("status") or {})
+
+    def running(self) -> Counter[str]:
+        """Running jobs by owner."""
+        listed = json.loads(
+            self.kubectl.kubectl("get", "executionjobs", "-n", "default", "-o", "json")
+        )
+        return Counter(
+            item["spec"].get("owner")
+            for item in listed["items"]
+            if (item.get("status") or {}).get("jobStatus") == "Running"
+        )
+
+
+@pytest.fixture(scope="module")
+def fair(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FairCluster]:
+    reason = skip_reason()
+    if reason:
+        pytest.skip(reason)
+    tmp = tmp_path_factory.mktemp("fair")
+    machine = tmp / "kwok-fair.yaml"
+    machine.write_text(
+        yaml.safe_dump(
+            {
+                "name": NODE,
+                "cpus": SLOTS,
+                "memory": "16Gi",
+                "disk": 104857600,
+                "labels": {"kondor.io/pool": "fair"},
+            }
+        )
+    )
+    spec = ClusterSpec(
+        port=free_port(),
+        kubeconfig=tmp / "kubeconfig",
+        state_dir=tmp / "state",
+        nodes=(machine,),
+        operator=False,
+        agents=True,
+    )
+    dev = DevCluster(spec, log=sys.stderr)
+    dev.start()
+    made = FairCluster(dev, Cluster(spec.kubeconfig), tmp)
+    try:
+        made.kubectl.apply(slot_policy("fair", {"kondor.io/pool": "fair"}, STATIC))
+        made.kubectl.apply(
+            {
+                "apiVersion": "kondor.io/v1alpha1",
+                "kind": "Pool",
+                "metadata": {"name": "default"},
+                "spec": {"negotiatorInterval": 2},
+            }
+        )
+        made.start_operator()
+
+        def unclaimed() -> bool:
+            slots = made.kubectl.get("executionpoints", NODE, None)["status"]["slots"]
+            return len(slots) == SLOTS and all(s["state"] == "Unclaimed" for s in slots)
+
+        eventually(unclaimed, 90, f"{SLOTS} Unclaimed slots on {NODE}")
+        yield made
+    finally:
+        with contextlib.suppress(Exception):
+            made.stop_operator()
+        dev.stop()
+
+
+def submit_held(cluster: FairCluster, user: str, count: int) -> list[str]:
+    """`count` jobs submitted by `user` in one kubectl apply, held so that both users' jobs
+    are queued before any is negotiated for."""
+    names = [f"{user}-{i:02d}" for i in range(count)]
+    items = [process_job(name, f"sleep {JOB_SECONDS}", hold=True) for name in names]
+    cluster.kubectl.apply({"apiVersion": "v1", "kind": "List", "items": items}, user=user)
+    return names
+
+
+def test_alice_and_bob_share_eight_slots_by_user_priority(fair: FairCluster) -> None:
+    alice = submit_held(fair, "alice", 20)
+    bob = submit_held(fair, "bob", 20)
+    interleaved = [name for pair in zip(alice, bob, strict=True) for name in pair]
+    fair.kubectl.kubectl(
+        "patch", "executionjobs", "-n", "default", *interleaved,
+        "--type", "merge", "-p", '{"spec": {"hold": false}}',
+    )  # fmt: skip
+
+    # Equal priorities: four and four.
+    eventually(lambda: fair.running() == {"alice": 4, "bob": 4}, 60, "4 and 4 running")
+    # bob's effective priority three times alice's: as the jobs end, six and two.
+    out = fair.kubectl.kubectl("kondor", "userprio", "-setfactor", "bob", "3000")
+    assert "The priority factor of bob was set to 3000" in out
+    split = eventually(
+        lambda: (r := fair.running()) == {"alice": 6, "bob": 2} and r,
+        4 * JOB_SECONDS + 60,
+        "6 and 2 running",
+    )
+    assert split == {"alice": 6, "bob": 2}
+
+    report = fair.kubectl.kubectl("kondor", "userprio")
+    rows = {line.split()[0]: line.split() for line in report.splitlines()[4:-2]}
+    assert rows["bob"][2] == "3000.00" and rows["alice"][2] == "1000.00"
+    status = fair.pool_status()
+    assert status["lastCycle"]["jobsConsidered"] >= 1
+    before = {user["name"]: user for user in status["users"]}
+    assert before["alice"]["accumulatedUsage"] > 0 and before["bob"]["accumulatedUsage"] > 0
+
+    # The operator restarts: the accountant is read back from the Pool and goes on.
+    fair.stop_operator()
+    fair.start_operator()
+
+    def continued() -> dict[str, Any] | None:
+        users = {user["name"]: user for user in fair.pool_status()["users"]}
+        alice_now = users.get("alice") or {}
+        if alice_now.get("accumulatedUsage", 0) > before["alice"]["accumulatedUsage"]:
+            return users
+        return None
+
+    after = eventually(continued, 60, "the accountant updated by the new operator")
+    for name in ("alice", "bob"):
+        assert after[name]["beginUsageTime"] == before[name]["beginUsageTime"]
+        assert after[name]["accumulatedUsage"] >= before[name]["accumulatedUsage"]
+        assert after[name]["realPriority"] >= 0.5
