@@ -229,6 +229,7 @@ class JobRunner:
                 self._start(action, ads)
             elif action.kind is ActionKind.SOFT_KILL and run is not None:
                 run.killed = True
+                run.suspended = False  # the launcher thaws it to take its KillSig
                 self.launcher.soft_kill(run.handle, action.signal or "SIGTERM")
             elif action.kind is ActionKind.HARD_KILL and run is not None:
                 run.killed = True

@@ -12,9 +12,11 @@ from __future__ import annotations
 
 import logging
 import signal
+import time
 from collections.abc import Mapping
 from typing import Any
 
+from kondor_agent.execute.cgroups import CgroupError, JobCgroups
 from kondor_agent.execute.launcher import JobHandle, ProcessLauncher
 from kondor_agent.execute.limits import ExecuteSettings, SettingsError, slot_limits
 from kondor_agent.jobs import Outcome
@@ -75,8 +77,8 @@ class ProcessJobs:
         if result is None:
             return None
         cgroups = self.launcher.cgroups
-        if cgroups.enabled and cgroups.exists(handle.cgroup) and not cgroups.pids(handle.cgroup):
-            cgroups.remove(handle.cgroup)  # the output stays; the cgroup is done
+        if cgroups.enabled and cgroups.exists(handle.cgroup):
+            _end_cgroup(cgroups, handle.cgroup)  # the output stays; the cgroup is done
         lost = result.state == "lost"
         # A failed start, or an exit that holds the job (an OOM kill); a lost job is evicted.
         held = not lost and result.hold_reason is not None
@@ -123,6 +125,22 @@ class ProcessJobs:
         for handle in running:
             self.launcher.hard_kill(handle)
         return len(running)
+
+
+def _end_cgroup(cgroups: JobCgroups, cgroup: str, timeout: float = 1.0) -> None:
+    """Kill what an ended job left in its cgroup (the supervisor has, unless it was lost)
+    and remove the cgroup once the kernel has let the processes go."""
+    deadline = time.monotonic() + timeout
+    while cgroups.pids(cgroup):
+        cgroups.kill(cgroup)
+        if time.monotonic() > deadline:
+            log.warning("processes left in %s: %s", cgroup, cgroups.pids(cgroup))
+            return
+        time.sleep(0.01)
+    try:
+        cgroups.remove(cgroup)
+    except CgroupError as err:
+        log.warning("cannot remove the cgroup of an ended job: %s", err)
 
 
 def _signal(name: str) -> int:

@@ -294,6 +294,10 @@ class JobCgroups:
         name = "memory.peak" if self._memory.v2 else "memory.max_usage_in_bytes"
         return self._memory.file(cgroup, name)
 
+    def kill_file(self, cgroup: str) -> Path | None:
+        """v2's `cgroup.kill` of `cgroup` where the kernel has it (5.14), else None."""
+        return None if self._killer is None else self._killer.file(cgroup, "cgroup.kill")
+
     def oom_kills_file(self, cgroup: str) -> Path | None:
         """The file whose `oom_kill N` line counts the kernel's OOM kills in the cgroup:
         memory.events on v2, memory.oom_control on v1; None without a memory controller."""

@@ -235,6 +235,7 @@ class ProcessLauncher:
                 if limits is not None and limits.memory_bytes is not None
                 else None
             ),
+            cgroup_kill_file=_str_or_none(self.cgroups.kill_file(cgroup)),
         )
         records.write_atomic(directory / records.SPEC, spec.to_json())
         if failure is not None:
@@ -319,14 +320,25 @@ class ProcessLauncher:
     # -- controlling -------------------------------------------------------------------
 
     def soft_kill(self, handle: JobHandle, sig: int = signal.SIGTERM) -> None:
-        """Send the job's KillSig to its process group (condor_vacate's soft kill)."""
+        """Send the job's KillSig to every process of the job (condor_vacate's soft kill):
+        each one in its cgroup, however it forked, and its process group. A suspended job
+        is thawed so that it can act on the signal (the vacate time runs meanwhile)."""
         if self._result(handle) is not None:
             return
         self._mark_killed(handle, sig)
         job = self.job_pid(handle)
         if job is not None:
+            members = self.cgroups.pids(handle.cgroup) if self.cgroups.enabled else []
+            for pid in members:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(pid, sig)
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(job, sig)
+            # Always thawed: a frozen task woken by a signal reads as not frozen for a while.
+            if self.cgroups.can_freeze and self.cgroups.exists(handle.cgroup):
+                self.cgroups.thaw(handle.cgroup)
+            elif not self.cgroups.can_freeze:
+                self._signal_group(handle, signal.SIGCONT)  # stopped by SIGSTOP instead
             return
         # Not started yet: the supervisor holds the signal and does not start the job.
         supervisor = _read_int(handle.directory / records.SUPERVISOR_PID)
@@ -377,8 +389,16 @@ class ProcessLauncher:
         """Kill what is left, remove the job's cgroup and delete its directory."""
         if self.poll(handle) is None or (self.cgroups.enabled and self.cgroups.pids(handle.cgroup)):
             self.hard_kill(handle)
+        deadline = time.monotonic() + timeout
+        # The supervisor writes the result as the job ends: the directory goes after it.
+        supervisor = _read_int(handle.directory / records.SUPERVISOR_PID)
+        while (
+            supervisor is not None
+            and _process_alive(supervisor, handle.directory)
+            and time.monotonic() < deadline
+        ):
+            time.sleep(0.005)
         if self.cgroups.enabled:
-            deadline = time.monotonic() + timeout
             while self.cgroups.pids(handle.cgroup) and time.monotonic() < deadline:
                 time.sleep(0.005)
             if self.cgroups.can_freeze and self.cgroups.exists(handle.cgroup):

@@ -73,6 +73,8 @@ class LaunchSpec:
     oom_kills_file: str | None = None
     #: The job cgroup's memory limit, for the hold reason of an OOM kill.
     memory_limit_mib: int | None = None
+    #: v2's `cgroup.kill` of the job's cgroup, where the kernel has it (else each pid is killed).
+    cgroup_kill_file: str | None = None
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=1, sort_keys=True) + "\n"

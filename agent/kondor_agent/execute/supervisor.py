@@ -7,7 +7,9 @@ leaves no zombie), moves itself into the supervisors' cgroup (out of the
 agent's, so restarting the agent's pod does not take the job with it), starts
 the job in its own process group inside the job's leaf cgroup (joined between
 fork and exec, so the job's first instruction is already contained), forwards
-the signals it is sent to that group, waits, and writes `exit.json` atomically.
+the signals it is sent to that group, waits, ends whatever the job left running
+in its cgroup (a daemon it double-forked into another session included, as
+HTCondor's starter does when the job exits), and writes `exit.json` atomically.
 
 A job that cannot start gets a `failed` result with HTCondor's HoldReasonCode
 (the manual's job ClassAd attributes): 14 IwdError when the working directory
@@ -204,6 +206,39 @@ def _out_of_memory(spec: dict[str, Any], peak_mib: int) -> dict[str, Any]:
     }
 
 
+def _kill_leftovers(spec: dict[str, Any], group: int) -> None:
+    """SIGKILL what the job left: its process group, then everything in its cgroup."""
+    try:  # noqa: SIM105 - contextlib is one more import on the launch path
+        os.killpg(group, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    kill_file = spec.get("cgroup_kill_file")
+    if kill_file:
+        try:
+            with open(kill_file, "w") as f:
+                f.write("1")
+            return
+        except OSError as err:
+            _log(f"cannot write {kill_file} ({err}); killing each process instead")
+    # Without cgroup.kill: each pid, a few rounds, for a child forked between read and kill.
+    for _ in range(50):
+        pids: set[int] = set()
+        for path in spec.get("job_procs", []):
+            try:
+                with open(path) as f:
+                    pids.update(int(word) for word in f.read().split())
+            except (OSError, ValueError):
+                pass
+        if not pids:
+            return
+        for pid in pids:
+            try:  # noqa: SIM105
+                os.kill(pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+        time.sleep(0.01)
+
+
 def run(spec: dict[str, Any], job_dir: str) -> dict[str, Any]:
     """Start the job, wait for it and say how it ended."""
     pending: list[int] = []
@@ -251,11 +286,8 @@ def run(spec: dict[str, Any], job_dir: str) -> dict[str, Any]:
 
     _, status, rusage = os.wait4(spawned, 0)
     end = time.time()
-    # HTCondor ends what the job left behind in its group when its main process exits.
-    try:  # noqa: SIM105
-        os.killpg(spawned, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
+    # HTCondor ends what the job left behind when its main process exits.
+    _kill_leftovers(spec, spawned)
     code = os.waitstatus_to_exitcode(status)
     peak = _peak_memory_mib(spec, rusage)
     # Killed by the kernel for its memory: held, not ended (the reference's cgroup section).

@@ -213,3 +213,57 @@ def test_usage_is_accounted_to_the_jobs_cgroup(
     if usage.user_cpu_seconds is None:
         pytest.skip(f"no CPU accounting here: {cgroups.describe()}")
     assert usage.user_cpu_seconds + (usage.sys_cpu_seconds or 0) >= 0.15
+
+
+def _gone(pid: int) -> bool:
+    """Whether `pid` has exited (a zombie not yet reaped counts as gone)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return True
+    return state in ("Z", "X")
+
+
+def test_soft_kill_reaches_a_process_that_left_the_jobs_group_and_thaws_a_frozen_job(
+    launcher: ProcessLauncher, cgroups: JobCgroups
+) -> None:
+    """The vacate's KillSig goes to every process of the job (its cgroup), as the reference's
+    "every process" says, even one in another session; a suspended job is thawed to take it."""
+    if not cgroups.can_freeze:
+        pytest.skip(f"no freezer here: {cgroups.describe()}")
+    trap = "trap 'echo escaped > escaped; exit 0' TERM; echo \\$\\$ > escaped.pid; "
+    trap += "while true; do sleep 0.05; done"
+    script = (
+        # The main process waits for the other's marker: its exit ends the rest.
+        "trap 'while [ ! -e escaped ]; do sleep 0.01; done; echo main > main; exit 0' TERM; "
+        f'setsid sh -c "{trap}" & '
+        "while true; do sleep 0.05; done"
+    )
+    runtime = ProcessRuntime(executable="/bin/sh", arguments=["-c", script])
+    handle = launcher.launch("vacated", runtime, AD, AD, slot="slot1_1")
+    wait_for((handle.scratch / "escaped.pid").exists)
+    escaped = int((handle.scratch / "escaped.pid").read_text())
+    assert escaped != launcher.job_pid(handle)
+    launcher.suspend(handle)
+    wait_for(lambda: launcher.is_suspended(handle))
+    launcher.soft_kill(handle, signal.SIGTERM)
+    result = wait_result(launcher, handle)
+    assert (result.exit_code, result.killed) == (0, True)
+    assert (handle.scratch / "main").read_text() == "main\n"
+    assert (handle.scratch / "escaped").read_text() == "escaped\n"
+    wait_for(lambda: _gone(escaped))
+
+
+def test_a_double_forked_daemon_dies_with_the_job(
+    launcher: ProcessLauncher, cgroups: JobCgroups
+) -> None:
+    """A job that detaches a grandchild (setsid, its parent gone) and exits leaves nothing
+    running: the supervisor ends the job's cgroup when the job's main process exits."""
+    daemon = "(setsid sh -c 'echo $$ > daemon.pid; exec sleep 300' &); sleep 0.2; exit 0"
+    runtime = ProcessRuntime(executable="/bin/sh", arguments=["-c", daemon])
+    handle = launcher.launch("daemon", runtime, AD, AD, slot="slot1_1")
+    result = wait_result(launcher, handle)
+    assert result.exit_code == 0 and not result.killed
+    grandchild = int((handle.scratch / "daemon.pid").read_text())
+    wait_for(lambda: _gone(grandchild))
+    wait_for(lambda: cgroups.pids(handle.cgroup) == [])
