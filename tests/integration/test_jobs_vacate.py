@@ -12,6 +12,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -125,6 +126,23 @@ def _running(cluster: Cluster, name: str) -> tuple[dict[str, Any], OnNode]:
     return found, OnNode.of(Path(found["directory"]))
 
 
+def _vacated(cluster: Cluster, name: str, claim_id: str) -> dict[str, Any] | None:
+    """The execution of `claim_id` once it ended Killed (vacated), else None."""
+    execution: dict[str, Any] = cluster.job(name)["status"].get("execution", {})
+    if execution.get("claimId") == claim_id and execution.get("state") == "Killed":
+        return execution
+    return None
+
+
+def _completed(cluster: Cluster, name: str) -> dict[str, Any] | None:
+    job = cluster.job(name)
+    return job if job["status"]["jobStatus"] == "Completed" else None
+
+
+def _nothing_left(on_node: OnNode) -> bool:
+    return not on_node.left()
+
+
 def _epoch(text: str) -> float:
     return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
 
@@ -161,17 +179,8 @@ def test_preempt_vacates_with_killsig_then_kills_after_machine_max_vacate_time(
     owner_away(files["desk-1"])  # and START on desk-1
     back = time.time()
     ended = {
-        name: eventually(
-            lambda name=name: (
-                (e := cluster.job(name)["status"].get("execution", {})).get("claimId")
-                == first[name]["claimId"]
-                and e.get("state") == "Killed"
-                and e
-            ),
-            30,
-            f"{name} vacated",
-        )
-        for name in first
+        name: eventually(partial(_vacated, cluster, name, execution["claimId"]), 30, name)
+        for name, execution in first.items()
     }
     assert (witness / "marker").read_text() == "vacated\n"
     assert (ended["trapper"].get("exitCode"), ended["trapper"].get("exitSignal")) == (0, None)
@@ -180,14 +189,10 @@ def test_preempt_vacates_with_killsig_then_kills_after_machine_max_vacate_time(
     assert _epoch(ended["ignorer"]["endTime"]) >= back + VACATE_TIME - 1.5
     assert _epoch(ended["trapper"]["endTime"]) < back + VACATE_TIME
     for name, (_, on_node) in running.items():
-        eventually(lambda on_node=on_node: on_node.left() == [], 10, f"nothing of {name} left")
+        eventually(partial(_nothing_left, on_node), 10, f"nothing of {name} left")
 
     for name in first:
-        done = eventually(
-            lambda name=name: (j := cluster.job(name))["status"]["jobStatus"] == "Completed" and j,
-            40,
-            f"{name} Completed elsewhere",
-        )
+        done = eventually(partial(_completed, cluster, name), 40, f"{name} Completed elsewhere")
         status = done["status"]
         assert status["executionPoint"] == "desk-1"
         assert status["exitCode"] == 0
