@@ -6,6 +6,11 @@ them, and hands the engine's actions to `carry_out()`: a refused match is answer
 Rejected, start-job launches the job, soft-kill / hard-kill / suspend / continue act on its
 process. Each answer is written to the job's `status.execution` (the agent's subtree,
 docs/jobs.md) through a merge patch built from the `JobExecution` model.
+
+Jobs outlive the agent (DESIGN "Running a job on the node"): a restarted agent finds the
+jobs its node was running from their status and the launcher's records, claims their slots
+anew, and takes the running process back instead of starting it: never twice. A job that
+ended while no agent watched is reported then, once.
 """
 
 from __future__ import annotations
@@ -20,7 +25,7 @@ from pydantic import ValidationError
 from kondor_core import startd
 from kondor_core.api import ExecutionJob, JobExecution
 from kondor_core.api.job import ExecutionState
-from kondor_core.api.meta import format_time, model_patch
+from kondor_core.api.meta import format_time, model_patch, parse_time
 from kondor_core.jobs import job_ad
 from kondor_core.policy import Action, ActionKind, Event
 from kondor_core.slots import SlotAd
@@ -97,6 +102,14 @@ class Configurable(Protocol):
     def configure(self, macros: Mapping[str, str]) -> None: ...
 
 
+@runtime_checkable
+class Adopting(Protocol):
+    """A launcher that can take back a job a previous agent started (its process outlives it)."""
+
+    def adopt(self, job: ExecutionJob, execution: JobExecution) -> Any | None:
+        """The handle of the job's run recorded by `execution`, None when there is none."""
+
+
 @dataclass
 class _Running:
     job: ExecutionJob
@@ -125,6 +138,9 @@ class JobRunner:
     _jobs: dict[str, ExecutionJob] = field(default_factory=dict)
     _ended: dict[str, Ended] = field(default_factory=dict)
     _recovered: bool = False
+    #: Jobs a previous agent started whose process this one takes back: job id -> handle,
+    #: until the startd has claimed their slot again (start-job) or refused to.
+    _adopting: dict[str, Any] = field(default_factory=dict)
 
     def events(self, node: startd.Startd) -> dict[str, list[Event]]:
         """Read the node's jobs, collect ended processes, and say what the schedd says."""
@@ -156,7 +172,9 @@ class JobRunner:
         for name in [n for n in self.finished if n not in self._jobs]:
             for run in self.finished.pop(name):
                 self.launcher.remove(run.handle)
-        said = schedd_events(node, self._jobs.values(), self.answered, self._ended)
+        said = schedd_events(
+            node, self._jobs.values(), self.answered, self._ended, adopting=self._adopting
+        )
         for name, claim_id, why in said.refused:
             self.answered.add(claim_id)
             self._write(
@@ -166,14 +184,13 @@ class JobRunner:
 
     def _recover(self) -> None:
         """A (re)started agent holds no claim, as a restarted startd holds none ("Machine
-        States"): the jobs its node was running are vacated. Their processes and pods are
-        killed, and each is answered Killed, so the operator returns it to Idle and the
-        negotiator matches it again. (Re-adopting them instead is future work.)"""
+        States"). The jobs its node was running whose process outlived the previous agent
+        (the launcher adopts them) are claimed anew and taken back; the others (pods, runs
+        the launcher has no record of) are vacated: killed and answered Killed, so the
+        operator returns them to Idle and the negotiator matches them again."""
         self._recovered = True
-        killed = self.launcher.clear()
-        if killed:
-            log.warning("killed %d job(s) a previous agent left running", killed)
-        for job in self._jobs.values():
+        vacate: list[tuple[ExecutionJob, JobExecution]] = []
+        for name, job in self._jobs.items():
             status = job.status
             execution = status.execution if status is not None else None
             if status is None or execution is None:
@@ -183,6 +200,18 @@ class JobRunner:
                 continue
             if status.claim_id != execution.claim_id:
                 continue
+            handle = None
+            if isinstance(self.launcher, Adopting):
+                handle = self.launcher.adopt(job, execution)
+            if handle is not None:
+                log.info("%s: taking back its run in %s", name, execution.directory)
+                self._adopting[name] = handle
+            else:
+                vacate.append((job, execution))
+        killed = self.launcher.clear()  # what is left running and was not taken back
+        if killed:
+            log.warning("killed %d job(s) a previous agent left running", killed)
+        for job, execution in vacate:
             vacated = execution.model_copy(
                 update={
                     "state": "Killed",
@@ -208,7 +237,9 @@ class JobRunner:
         for action in actions:
             name = action.job_id or ""
             run = self.running.get(name)
-            if action.kind is ActionKind.REFUSE_CLAIM and action.claim_id:
+            if action.kind is ActionKind.REFUSE_CLAIM and name in self._adopting:
+                self._give_up(name, action.reason)
+            elif action.kind is ActionKind.REFUSE_CLAIM and action.claim_id:
                 self.answered.add(action.claim_id)
                 job = self._jobs.get(name)
                 if job is not None:
@@ -250,6 +281,29 @@ class JobRunner:
                 left.append(action)
         return left
 
+    def _give_up(self, name: str, why: str | None) -> None:
+        """The restarted startd refused the claim of a job it was taking back: vacated."""
+        handle = self._adopting.pop(name)
+        job = self._jobs[name]
+        self.launcher.hard_kill(handle)
+        status = job.status
+        execution = status.execution if status is not None else None
+        claim_id = execution.claim_id if execution is not None else ""
+        slot = (execution.slot if execution is not None else None) or ""
+        run = _Running(job, claim_id, slot, handle, 0.0)
+        self.finished.setdefault(name, []).append(run)
+        reason = f"vacated: the node's agent restarted and refused the claim ({why})"
+        self._write(
+            job,
+            JobExecution(
+                claim_id=claim_id,
+                state="Killed",
+                directory=self.launcher.directory(handle),
+                end_time=format_time(self.clock()),
+                reason=reason,
+            ),
+        )
+
     def _start(self, action: Action, ads: Mapping[str, SlotAd]) -> None:
         name = action.job_id or ""
         job = self._jobs.get(name)
@@ -258,6 +312,18 @@ class JobRunner:
         if job is None:
             log.warning("start-job for %s, which is no longer matched here", name)
             self._ended[name] = Ended(killed=True)
+            return
+        adopted = self._adopting.pop(name, None)
+        if adopted is not None:
+            # Its process outlived the previous agent: taken back, never started twice.
+            execution = job.status.execution if job.status is not None else None
+            began = parse_time(execution.start_time or "") if execution is not None else None
+            started = began.timestamp() if began is not None else self.clock()
+            run = _Running(job, claim_id, action.slot, adopted, started)
+            if self.launcher.is_suspended(adopted):
+                self.launcher.resume(adopted)  # SUSPEND, if it still holds, freezes it again
+            self.running[name] = run
+            self._write_running(run, "Running")
             return
         ad = job_ad(job.spec, name, cluster_id=job.status.cluster_id if job.status else None)
         slot_ad = ads[action.slot]
@@ -371,6 +437,13 @@ class RuntimeLaunchers:
         for launcher in (self.process, self.pod):
             if isinstance(launcher, Configurable):
                 launcher.configure(macros)
+
+    def adopt(self, job: ExecutionJob, execution: JobExecution) -> Any | None:
+        launcher = self.pod if job.spec.runtime == "pod" else self.process
+        if not isinstance(launcher, Adopting):
+            return None
+        inner = launcher.adopt(job, execution)
+        return None if inner is None else _Tagged(launcher, inner)
 
 
 @dataclass(frozen=True)

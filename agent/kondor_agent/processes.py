@@ -14,13 +14,14 @@ import logging
 import signal
 import time
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 from kondor_agent.execute.cgroups import CgroupError, JobCgroups
 from kondor_agent.execute.launcher import JobHandle, ProcessLauncher
 from kondor_agent.execute.limits import ExecuteSettings, SettingsError, slot_limits
 from kondor_agent.jobs import Outcome
-from kondor_core.api import ExecutionJob
+from kondor_core.api import ExecutionJob, JobExecution
 from kondor_core.slots import SlotAd
 
 log = logging.getLogger("kondor_agent.processes")
@@ -33,6 +34,19 @@ class ProcessJobs:
         self.launcher = launcher
         self.settings = ExecuteSettings()
         self._macros: Mapping[str, str] | None = None
+        #: Job directories a restarted agent took back: `clear` leaves them running.
+        self._adopted: set[Path] = set()
+
+    def adopt(self, job: ExecutionJob, execution: JobExecution) -> JobHandle | None:
+        """The run `execution` names (its directory), as the previous agent launched it."""
+        if not execution.directory:
+            return None
+        wanted = Path(execution.directory).resolve()
+        for handle in self.launcher.adopt():
+            if handle.directory.resolve() == wanted:
+                self._adopted.add(handle.directory)
+                return handle
+        return None
 
     def configure(self, macros: Mapping[str, str]) -> None:
         """Take the limits' knobs from the policy's macros. A value Kondor does not understand
@@ -120,8 +134,13 @@ class ProcessJobs:
         self.launcher.remove(handle)
 
     def clear(self) -> int:
-        """Hard-kill the jobs under the execute dir still running (their output stays)."""
-        running = [h for h in self.launcher.adopt() if self.launcher.poll(h) is None]
+        """Hard-kill the jobs under the execute dir still running that were not taken back
+        (their output stays)."""
+        running = [
+            h
+            for h in self.launcher.adopt()
+            if h.directory not in self._adopted and self.launcher.poll(h) is None
+        ]
         for handle in running:
             self.launcher.hard_kill(handle)
         return len(running)

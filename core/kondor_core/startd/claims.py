@@ -14,7 +14,10 @@ sees into those events, one polling cycle at a time:
   (ReleaseClaim: the startd preempts the job by its policy, soft kill first);
 - a job whose process ended is reported to its slot: JobExited with the exit code when it
   ended by itself, JobGone when it was killed, then ReleaseClaim (the schedd has no more
-  work for the claim), unless the claim is retiring or a preempting claim waits.
+  work for the claim), unless the claim is retiring or a preempting claim waits;
+- a job a restarted agent re-adopts (its process outlived the previous agent) is matched and
+  activated again on the slot the negotiator gave it, though it is Running and its claim
+  was answered: the new startd claims the slot for it and re-checks START, as for any match.
 """
 
 from __future__ import annotations
@@ -66,12 +69,14 @@ def schedd_events(
     jobs: Collection[ExecutionJob],
     answered: Collection[str],
     ended: Mapping[str, Ended],
+    adopting: Collection[str] = (),
 ) -> Said:
     """The events for each slot this cycle.
 
     `jobs` are the ExecutionJobs labelled with this node, `answered` the claim ids the
     agent has already answered (refused or started), `ended` the jobs whose process ended
-    since the last cycle, by job id."""
+    since the last cycle, by job id, `adopting` the jobs whose running process a restarted
+    agent takes back (claimed anew)."""
     events: dict[str, list[Event]] = {}
     refused: list[tuple[str, str, str]] = []
     known = {s.name for s in node.state.slots}
@@ -86,11 +91,11 @@ def schedd_events(
         slot = holders.get(name)
         wanted = not (job.spec.hold or job.spec.remove)
         if slot is None:
+            new = status.claim_id not in answered and status.job_status == "Idle"
             if (
                 wanted
                 and name not in waiting
-                and status.claim_id not in answered
-                and status.job_status == "Idle"
+                and (new or name in adopting)
                 and status.slot is not None
                 and name not in ended
             ):

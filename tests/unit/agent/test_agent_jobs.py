@@ -14,7 +14,7 @@ from agent_fakes import EXAMPLES, FakeAPI, FakeClock, MachineBox, example_machin
 from kondor_agent.execute.limits import ExecuteSettings, MemoryLimitPolicy
 from kondor_agent.jobs import JobRunner, Outcome
 from kondor_agent.loop import Agent, AgentConfig
-from kondor_core.api import ExecutionJob
+from kondor_core.api import ExecutionJob, JobExecution
 from kondor_core.api.meta import apply_merge_patch
 from kondor_core.slots import SlotAd
 
@@ -333,3 +333,63 @@ def test_the_policys_cgroup_knobs_reach_the_launcher_without_a_warning() -> None
     assert ExecuteSettings.from_macros(configured) == ExecuteSettings(
         memory_policy=MemoryLimitPolicy.SOFT, disable_swap=True, pids_max=512
     )
+
+
+class AdoptingLauncher(FakeLauncher):
+    """A launcher whose runs outlive the agent: it takes back the run a job's execution names."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.alive: set[str] = set()
+
+    def adopt(self, job: ExecutionJob, execution: JobExecution) -> str | None:
+        handle = f"{job.metadata.namespace}/{job.metadata.name}"
+        return handle if handle in self.alive else None
+
+    def clear(self) -> int:
+        self.cleared += 1
+        return 0
+
+
+def test_a_restarted_agent_takes_back_running_jobs_and_reports_their_exit_once() -> None:
+    """Jobs survive the agent: the restarted startd claims their slots anew and the launcher's
+    handle is taken back, never launched again; an exit while it was down is reported once."""
+    api = JobsAPI()
+    clock = FakeClock()
+    api.clock = clock
+    api.add_policy(load_yaml(EXAMPLES / "policies" / "default.yaml"))
+    api.add_execution_point(NODE, "default")
+    launcher = AdoptingLauncher()
+    for name in ("long", "ended", "unknown"):
+        job = matched(name, f"uid-{name}#1")
+        job["status"]["jobStatus"] = "Running"
+        job["status"]["execution"] = {
+            "claimId": f"uid-{name}#1",
+            "state": "Running",
+            "slot": f"slot1_1@{NODE}",
+            "directory": f"/var/lib/kondor/execute/default.{name}.1",
+            "startTime": "2026-01-01T00:00:00Z",
+        }
+        api.job_objects[f"default/{name}"] = job
+    launcher.alive = {"default/long", "default/ended"}
+    launcher.outcomes["default/ended"] = Outcome(exit_code=3)  # it ended while no agent ran
+    agent = new_agent(api, clock, launcher)
+    agent.step()
+    clock.now += 0.2
+    agent.step()  # the exit seen at once (the job-watch interval)
+    assert launcher.launched == []  # never started twice
+    assert api.execution("long")["state"] == "Running"
+    assert api.execution("long")["startTime"] == "2026-01-01T00:00:00Z"
+    assert (api.execution("ended")["state"], api.execution("ended")["exitCode"]) == ("Exited", 3)
+    # No record of its run: vacated, as before.
+    assert api.execution("unknown")["state"] == "Killed"
+    patches = [name for name, _ in api.job_patches if name == "ended"]
+    for _ in range(3):
+        _tick(agent, clock)
+    busy = [s for s in _slots(api).values() if s[:2] == ("Claimed", "Busy")]
+    assert len(busy) == 1  # the long job's slot, claimed anew; the ended one's released
+    assert [name for name, _ in api.job_patches if name == "ended"] == patches  # once
+    launcher.outcomes["default/long"] = Outcome(exit_code=0)
+    _tick(agent, clock)
+    assert api.execution("long")["state"] == "Exited"
+    assert launcher.launched == []
