@@ -73,8 +73,8 @@ bench-fleet: controlplane ## 1,000 nodes: API writes at steady state and after a
 .PHONY: bench bench-devcluster bench-fleet
 
 ##@ Development cluster
-controlplane: venv ## Build kube-apiserver, etcd, controller manager, scheduler and kwok (cached)
-	$(BIN)/python -m kondor_devcluster.build
+controlplane: venv ## Build the control plane and kwok, and prepare the real node (kubelet, containerd; cached)
+	$(BIN)/python -m kondor_devcluster.build --real-node
 
 dev-cluster: controlplane ## Run a dev cluster in the foreground (KUBECONFIG=.devcluster/kubeconfig)
 	$(BIN)/kondor dev-cluster up --port 16443 --kubeconfig .devcluster/kubeconfig \

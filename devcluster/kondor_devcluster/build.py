@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
 
-from kondor_devcluster import versions
+from kondor_devcluster import realnode, versions
 
 
 class BuildError(RuntimeError):
@@ -66,6 +66,13 @@ def build_steps(k8s_version: str = versions.KUBERNETES) -> list[BuildStep]:
             _version_ldflags(k8s_version),
         ),
     ]
+
+
+def kubelet_step(k8s_version: str = versions.KUBERNETES) -> BuildStep:
+    """The kubelet, for the real node only: built on demand (`ensure_kubelet`), not by default."""
+    return BuildStep(
+        ".", ("k8s.io/kubernetes/cmd/kubelet",), ("kubelet",), _version_ldflags(k8s_version)
+    )
 
 
 def go_build_command(step: BuildStep, out_dir: Path) -> list[str]:
@@ -212,6 +219,45 @@ def ensure_built(
     return target
 
 
+def kubelet_binary(root: Path | None = None) -> Path:
+    return versions.bin_dir(root) / "kubelet"
+
+
+def ensure_kubelet(root: Path | None = None, *, log: TextIO | None = None) -> Path:
+    """The kubelet binary (beside the control plane's), built from the same module if missing."""
+    out = sys.stderr if log is None else log
+    target = versions.bin_dir(root)
+    binary = kubelet_binary(root)
+    if os.access(binary, os.X_OK):
+        return binary
+    if shutil.which("go") is None:
+        raise BuildError(f"the kubelet is not built and `go` is not on PATH; put one at {binary}")
+    with _locked(target.parent / "build.lock"):
+        if os.access(binary, os.X_OK):
+            return binary
+        partial = target.parent / "kubelet.partial"
+        shutil.rmtree(partial, ignore_errors=True)
+        partial.mkdir(parents=True)
+        out.write(f"Building the kubelet ({versions.KUBERNETES}) into {target}\n")
+        _run_step(kubelet_step(), controlplane_source(), partial, out)
+        target.mkdir(parents=True, exist_ok=True)
+        (partial / "kubelet").rename(binary)
+        partial.rmdir()
+    return binary
+
+
+def _prepare_real_node(cache_dir: Path | None) -> None:
+    problems = realnode.host_problems()
+    if problems:
+        print(f"not preparing the real node: {'; '.join(problems)}", file=sys.stderr)
+        return
+    ensure_kubelet(cache_dir)
+    try:
+        realnode.ensure_packages(sys.stderr)
+    except realnode.RealNodeError as error:
+        print(f"not preparing the real node: {error}", file=sys.stderr)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m kondor_devcluster.build",
@@ -223,6 +269,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("--force", action="store_true", help="rebuild even when present")
     parser.add_argument(
+        "--real-node",
+        action="store_true",
+        help="also prepare `dev-cluster up --real-node`: build the kubelet and install "
+        "containerd, runc, the CNI plugins and busybox (as root, with apt-get); a host that "
+        "cannot run a real node is reported, not an error",
+    )
+    parser.add_argument(
         "--print-bin-dir", action="store_true", help="print the binaries' directory and exit"
     )
     args = parser.parse_args(argv)
@@ -231,6 +284,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     try:
         path = ensure_built(args.cache_dir, force=args.force)
+        if args.real_node:
+            _prepare_real_node(args.cache_dir)
     except BuildError as error:
         print(f"error: {error}", file=sys.stderr)
         return 1

@@ -7,14 +7,25 @@ The `kondor` CLI loads this through the entry point group `kondor.commands`
 from __future__ import annotations
 
 import argparse
+import json
 import signal
+import socket
 import sys
 import threading
 from pathlib import Path
 from types import FrameType
 
 from kondor_devcluster.build import BuildError
-from kondor_devcluster.cluster import ClusterSpec, DevCluster, DevClusterError, stop_detached
+from kondor_devcluster.cluster import (
+    ClusterSpec,
+    DevCluster,
+    DevClusterError,
+    running_pids,
+    stop_detached,
+)
+from kondor_devcluster.components import Layout
+from kondor_devcluster.kondor import agent_node
+from kondor_devcluster.realnode import RealNodeError
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -26,7 +37,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "processes, and kwok nodes from machine files. Pods on those nodes are simulated.",
     )
     parser.set_defaults(func=lambda _args: _usage(parser))
-    commands = parser.add_subparsers(dest="dev_cluster_command", metavar="{up,down}")
+    commands = parser.add_subparsers(dest="dev_cluster_command", metavar="{up,down,ps}")
 
     up = commands.add_parser("up", help="start a dev cluster (foreground unless --detach)")
     up.add_argument("--port", type=int, required=True, help="the API server's port on 127.0.0.1")
@@ -60,6 +71,20 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "(log in STATE/logs/kondor-agent-NODE.log)",
     )
     up.add_argument(
+        "--real-node",
+        nargs="?",
+        const=socket.gethostname(),
+        metavar="NAME",
+        help="also run one real node on this host (containerd, runc, a kubelet; needs root): "
+        "a Node named NAME (default: the host's name) labelled kondor.io/real-node=true",
+    )
+    up.add_argument(
+        "--real-node-machine",
+        type=Path,
+        metavar="MACHINE.yaml",
+        help="a machine file whose labels the real node gets (its facts are the host's)",
+    )
+    up.add_argument(
         "--detach", action="store_true", help="return once ready; stop with `dev-cluster down`"
     )
     up.add_argument(
@@ -72,6 +97,11 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     down = commands.add_parser("down", help="stop a detached dev cluster, keeping its data")
     down.add_argument("--state-dir", type=Path, required=True)
     down.set_defaults(func=down_command)
+
+    ps = commands.add_parser("ps", help="list a running dev cluster's processes")
+    ps.add_argument("--state-dir", type=Path, required=True)
+    ps.add_argument("-o", "--output", choices=("table", "json"), default="table")
+    ps.set_defaults(func=ps_command)
 
 
 def _usage(parser: argparse.ArgumentParser) -> int:
@@ -88,6 +118,10 @@ def up_command(args: argparse.Namespace) -> int:
         cache_dir=args.cache_dir,
         operator=args.operator,
         agents=args.agents,
+        real_node=args.real_node,
+        real_node_machine=None
+        if args.real_node_machine is None
+        else args.real_node_machine.absolute(),
     )
     cluster = DevCluster(spec)
     stop = threading.Event()
@@ -102,7 +136,7 @@ def up_command(args: argparse.Namespace) -> int:
     previous = signal.signal(signal.SIGTERM, interrupt)
     try:
         cluster.start()
-    except (DevClusterError, BuildError, ValueError, FileExistsError) as error:
+    except (DevClusterError, BuildError, RealNodeError, ValueError, FileExistsError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
@@ -129,6 +163,24 @@ def down_command(args: argparse.Namespace) -> int:
         print(f"stopped {', '.join(stopped)}; data kept in {args.state_dir}")
     else:
         print(f"nothing runs from {args.state_dir}")
+    return 0
+
+
+def ps_command(args: argparse.Namespace) -> int:
+    rows: list[dict[str, str | int | None]] = [
+        {"component": name, "node": agent_node(name), "pid": pid}
+        for name, pid, _binary in running_pids(Layout(args.state_dir.absolute()))
+    ]
+    if args.output == "json":
+        print(json.dumps(rows, indent=2))
+        return 0
+    if not rows:
+        print(f"nothing runs from {args.state_dir}")
+        return 0
+    width = max(len(str(row["component"])) for row in rows)
+    print(f"{'COMPONENT':<{width}}  {'NODE':<16}  PID")
+    for row in rows:
+        print(f"{row['component']!s:<{width}}  {row['node'] or '-'!s:<16}  {row['pid']}")
     return 0
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import signal
 import socket
 import ssl
@@ -26,7 +27,18 @@ from typing import Any, TextIO
 import httpx
 
 from kondor_core.api.crds import all_crds
-from kondor_devcluster import build, components, kondor, kubeconfig, nodes, pki, rbac
+from kondor_devcluster import (
+    build,
+    components,
+    images,
+    kondor,
+    kubeconfig,
+    nodes,
+    pki,
+    rbac,
+    realnode,
+    versions,
+)
 from kondor_devcluster.components import Layout, Ports
 
 FIELD_MANAGER = "kondor-devcluster"
@@ -60,6 +72,10 @@ class ClusterSpec:
     operator: bool = False
     #: Run one Kondor agent per simulated node, on its machine file.
     agents: bool = False
+    #: The name of a real node (containerd, runc and a kubelet on this host), if wanted.
+    real_node: str | None = None
+    #: A machine file whose labels the real node gets (its facts come from the host itself).
+    real_node_machine: Path | None = None
 
 
 @dataclass
@@ -161,7 +177,13 @@ def stop_detached(state_dir: Path) -> list[str]:
     # Unlink first: a foreground `up` watching this file then stops quietly, as asked.
     layout.pids.unlink(missing_ok=True)
     _terminate(list(reversed(alive)))
-    return [name for name, _pid, _binary in alive]
+    names = [name for name, _pid, _binary in alive]
+    # Also after a crash: whatever a real node left on the host is recorded in its state.
+    node = realnode.RealNodeLayout(state_dir)
+    if node.host_record.exists():
+        realnode.cleanup_host(node, sys.stderr)
+        names.append("the real node's pods and host changes")
+    return names
 
 
 @dataclass
@@ -175,6 +197,12 @@ class DevCluster:
     _nodes: list[dict[str, Any]] = field(default_factory=list)
     #: Node name -> its machine file, for the agents.
     _machine_files: dict[str, Path] = field(default_factory=dict)
+    _kubelet: Path | None = None
+    _images: Mapping[str, Path] = field(default_factory=dict)
+    _node_ip: str = ""
+    _real_node_labels: Mapping[str, str] = field(default_factory=dict)
+    _watcher: threading.Thread | None = None
+    _stopping: threading.Event = field(default_factory=threading.Event)
 
     @property
     def layout(self) -> Layout:
@@ -241,7 +269,34 @@ class DevCluster:
             )
             kubeconfig.write_kubeconfig(layout.component_kubeconfig(component), config, force=True)
         layout.kwok_config.write_text(nodes.kwok_config_yaml())
+        if spec.real_node is not None:
+            self._prepare_real_node(spec.real_node, files)
         return bin_dir
+
+    def _prepare_real_node(self, name: str, files: pki.PkiFiles) -> None:
+        """Check the host, install and build what is missing, write the node's config."""
+        problems = realnode.host_problems()
+        if problems:
+            raise realnode.RealNodeError(f"--real-node {name}: {'; '.join(problems)}")
+        if self.spec.real_node_machine is not None:
+            self._real_node_labels = nodes.load_machine(self.spec.real_node_machine).labels
+        realnode.ensure_packages(self.log)
+        self._kubelet = build.ensure_kubelet(self.spec.cache_dir, log=self.log)
+        pause_source = _module_dir() / "build" / "pause" / "linux" / "pause.c"
+        cache = versions.cache_root() if self.spec.cache_dir is None else self.spec.cache_dir
+        self._images = images.write_images(
+            cache / "realnode" / f"images-{versions.KUBERNETES}", _busybox(), pause_source
+        )
+        node = realnode.RealNodeLayout(self.layout.state_dir)
+        realnode.claim_host(node, lambda state: bool(running_pids(Layout(state))))
+        realnode.record_host(node)
+        credentials = pki.node_credentials(files.root, name)
+        config = kubeconfig.kubeconfig(
+            self.server, files.ca_cert.read_bytes(), {name: files.pair(credentials)}, name
+        )
+        kubeconfig.write_kubeconfig(node.kubelet_kubeconfig, config, force=True)
+        self._node_ip = realnode.node_ip()
+        realnode.write_configs(node, files.ca_cert, self._node_ip, free_port(), free_port())
 
     def _spawn(self, name: str, bin_dir: Path) -> _Process:
         binary = bin_dir / name
@@ -368,6 +423,8 @@ class DevCluster:
                         )
                 names = [manifest["metadata"]["name"] for manifest in self._nodes]
                 self._wait_nodes_ready(api, controllers[-1], names, timeout)
+                if self.spec.real_node is not None:
+                    self._start_real_node(api, self.spec.real_node, timeout)
                 if self.spec.operator or self.spec.agents:
                     self._install_kondor(api, timeout)
             if self.spec.operator:
@@ -375,6 +432,13 @@ class DevCluster:
             if self.spec.agents:
                 for name in names:
                     self._start_agent(name, self._machine_files[name])
+                if self.spec.real_node is not None:
+                    self._start_agent(self.spec.real_node, None)
+                self._stopping.clear()
+                self._watcher = threading.Thread(
+                    target=self._restart_dead_agents, name="agent-watcher", daemon=True
+                )
+                self._watcher.start()
         except BaseException:
             self.stop()
             raise
@@ -382,6 +446,51 @@ class DevCluster:
             f"dev cluster ready at {self.server} in {time.monotonic() - started:.1f}s "
             f"(kubeconfig {self.spec.kubeconfig}, state {self.spec.state_dir})"
         )
+
+    # -- the real node -------------------------------------------------------------------
+
+    def _start_real_node(self, api: httpx.Client, name: str, timeout: float) -> None:
+        """containerd, the local images, then the kubelet; returns once the Node is Ready."""
+        started = time.monotonic()
+        node = realnode.RealNodeLayout(self.layout.state_dir)
+        containerd = self._spawn_command("containerd", realnode.containerd_args(node))
+        version = realnode.ctr_command(node, "version")
+        self._wait_until(
+            containerd,
+            "its socket",
+            lambda: subprocess.run(version, capture_output=True, check=False).returncode == 0,
+            timeout,
+        )
+        for image, archive in self._images.items():
+            command = realnode.ctr_command(node, "images", "import", str(archive))
+            result = subprocess.run(command, capture_output=True, text=True, check=False)
+            if result.returncode != 0:
+                raise DevClusterError(f"importing {image} failed: {result.stderr.strip()}")
+        assert self._kubelet is not None
+        kubelet = self._spawn_command(
+            "kubelet", realnode.kubelet_args(self._kubelet, node, name, self._node_ip)
+        )
+
+        def ready() -> bool:
+            response = api.get(f"/api/v1/nodes/{name}")
+            if response.status_code == 404:
+                return False
+            status = response.json().get("status", {})
+            return any(
+                c["type"] == "Ready" and c["status"] == "True" for c in status.get("conditions", [])
+            )
+
+        self._wait_until(kubelet, f"a Ready Node {name}", ready, timeout)
+        if self._real_node_labels:
+            patch = {"metadata": {"labels": dict(self._real_node_labels)}}
+            response = api.patch(
+                f"/api/v1/nodes/{name}",
+                content=json.dumps(patch),
+                headers={"Content-Type": "application/merge-patch+json"},
+            )
+            if response.status_code >= 400:
+                raise DevClusterError(f"labelling node {name} failed: {response.text}")
+        self._say(f"real node {name} Ready in {time.monotonic() - started:.1f}s")
 
     # -- Kondor ----------------------------------------------------------------------------
 
@@ -436,7 +545,8 @@ class DevCluster:
         else:
             self._say(f"Kondor operator started (log {process.log})")
 
-    def _start_agent(self, node: str, machine: Path) -> None:
+    def _start_agent(self, node: str, machine: Path | None) -> None:
+        """An agent for `node`: on its machine file, or (None) reading the real host."""
         kondor.agent_state_dir(self.layout, node).mkdir(parents=True, exist_ok=True)
         process = self._spawn_command(
             kondor.agent_name(node),
@@ -548,8 +658,23 @@ class DevCluster:
         finally:
             self.stop()
 
+    def _restart_dead_agents(self) -> None:
+        """As a DaemonSet would: an agent that exits is started again a second later."""
+        while not self._stopping.wait(1.0):
+            for process in list(self._processes):
+                node = kondor.agent_node(process.name)
+                if node is None or process.popen.poll() is None or self._stopping.is_set():
+                    continue
+                self._processes.remove(process)
+                self._say(f"{process.name} exited with {process.popen.returncode}; restarting it")
+                self._start_agent(node, self._machine_files.get(node))
+
     def stop(self) -> None:
         """Stop the components in reverse order; the state directory keeps the data."""
+        self._stopping.set()
+        if self._watcher is not None and self._watcher is not threading.current_thread():
+            self._watcher.join()
+            self._watcher = None
         entries = [(p.name, p.popen.pid, str(p.binary)) for p in reversed(self._processes)]
         for process in reversed(self._processes):
             if process.popen.poll() is None:
@@ -563,3 +688,23 @@ class DevCluster:
         _terminate(entries)
         self._processes.clear()
         self.layout.pids.unlink(missing_ok=True)
+        node = realnode.RealNodeLayout(self.layout.state_dir)
+        if node.host_record.exists():
+            realnode.cleanup_host(node, self.log)
+
+
+def _module_dir() -> Path:
+    """The `k8s.io/kubernetes` module's source in the Go module cache (the pause container's)."""
+    result = subprocess.run(
+        ["go", "env", "GOMODCACHE"], capture_output=True, text=True, check=False
+    )
+    if result.returncode != 0 or not result.stdout.strip():
+        raise DevClusterError("`go env GOMODCACHE` failed; the real node needs Go for its images")
+    return Path(result.stdout.strip()) / "k8s.io" / f"kubernetes@{versions.KUBERNETES}"
+
+
+def _busybox() -> Path:
+    found = shutil.which("busybox")
+    if found is None:
+        raise DevClusterError("busybox is missing (Debian package busybox-static)")
+    return Path(found)

@@ -119,6 +119,10 @@ def apiserver_args(binary: Path, layout: Layout, ports: Ports) -> list[str]:
         f"--service-account-key-file={pki.sa_public}",
         f"--service-account-signing-key-file={pki.sa_private}",
         "--authorization-mode=Node,RBAC",
+        # The real node's kubelet (logs, exec): by its address, with a client certificate.
+        f"--kubelet-client-certificate={pki.cert('apiserver-kubelet-client')}",
+        f"--kubelet-client-key={pki.key('apiserver-kubelet-client')}",
+        "--kubelet-preferred-address-types=InternalIP,Hostname",
         # Front proxy: the controller manager's and scheduler's delegated authentication (and
         # aggregated API servers) read this CA; only the CN front-proxy-client may assert users.
         f"--requestheader-client-ca-file={pki.ca_cert}",

@@ -22,6 +22,12 @@ def agent_name(node: str) -> str:
     return f"kondor-agent-{node}"
 
 
+def agent_node(component: str) -> str | None:
+    """The node of an agent's component name; None for any other component."""
+    prefix = agent_name("")
+    return component[len(prefix) :] if component.startswith(prefix) else None
+
+
 def kondor_kubeconfig(layout: Layout) -> Path:
     return layout.component_kubeconfig("kondor")
 
@@ -58,16 +64,19 @@ def operator_env(layout: Layout, metrics_port: int, webhook_port: int) -> dict[s
     }
 
 
-def agent_args(layout: Layout, node: str, machine: Path, python: str = sys.executable) -> list[str]:
-    """One simulated node's agent: the machine file instead of detection."""
+def agent_args(
+    layout: Layout, node: str, machine: Path | None, python: str = sys.executable
+) -> list[str]:
+    """One node's agent: a simulated node's reads its machine file, the real node's (None)
+    detects this host."""
+    facts = [] if machine is None else ["--machine", str(machine)]
     return [
         python,
         "-m",
         "kondor_agent.main",
         "--node-name",
         node,
-        "--machine",
-        str(machine),
+        *facts,
         "--kubeconfig",
         str(kondor_kubeconfig(layout)),
         "--state-dir",

@@ -33,6 +33,8 @@ COMPONENTS: dict[str, tuple[str, tuple[str, ...]]] = {
     "front-proxy-client": ("front-proxy-client", ()),
     # kwok plays the kubelet of every simulated node, so it may write any node's and pod's status.
     "kwok": ("kwok-controller", ("system:masters",)),
+    # The API server's identity towards kubelets (logs, exec, port-forward on the real node).
+    "apiserver-kubelet-client": ("kube-apiserver-kubelet-client", ("system:masters",)),
 }
 
 #: Names the API server's serving certificate is valid for (in-cluster and loopback).
@@ -207,6 +209,20 @@ def _write_pair(files: PkiFiles, name: str, pair: KeyPair) -> None:
     key_path = files.key(name)
     key_path.touch(mode=0o600)
     key_path.write_bytes(pair.key_pem)
+
+
+def node_credentials(root: Path, node: str, now: datetime.datetime | None = None) -> str:
+    """A kubelet's client certificate (user `system:node:NODE`, group `system:nodes`, what the
+    Node authorizer and NodeRestriction expect); returns its name in `root`."""
+    files = PkiFiles(root)
+    name = f"node-{node}"
+    if not files.cert(name).exists():
+        stamp = datetime.datetime.now(datetime.UTC) if now is None else now
+        pair = issue(
+            files.ca(), f"system:node:{node}", stamp, organizations=("system:nodes",), client=True
+        )
+        _write_pair(files, name, pair)
+    return name
 
 
 def ensure_pki(root: Path, service_ip: str, now: datetime.datetime | None = None) -> PkiFiles:

@@ -21,7 +21,7 @@ import pytest
 from kubernetes import client, config
 
 from kondor_core.api.crds import all_crds
-from kondor_devcluster import build, versions
+from kondor_devcluster import build, realnode, versions
 from kondor_devcluster.cluster import ClusterSpec, DevCluster, free_port
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -66,6 +66,22 @@ def skip_reason() -> str | None:
         f"control plane binaries not built ({', '.join(missing)} missing in "
         f"{versions.bin_dir()}); run `make controlplane` or set KONDOR_BUILD_CONTROLPLANE=1"
     )
+
+
+def real_node_skip_reason() -> str | None:
+    """Why `--real-node` cannot run here (None when it can): what the host lacks."""
+    reason = skip_reason()
+    if reason:
+        return reason
+    problems = realnode.host_problems()
+    if problems:
+        return f"the real node cannot run here: {'; '.join(problems)}"
+    missing = realnode.missing_packages()
+    if missing and shutil.which("apt-get") is None:
+        return f"the real node needs {', '.join(sorted(missing))} and there is no apt-get"
+    if not build.kubelet_binary().exists() and shutil.which("go") is None:
+        return "the kubelet is not built and there is no Go to build it"
+    return None
 
 
 def start_cluster(state: Path, nodes: tuple[Path, ...] = ()) -> DevCluster:
