@@ -21,6 +21,7 @@ import pytest
 import yaml
 from kubernetes import client, config
 
+from kondor_core.api import parse_time
 from kondor_devcluster.cluster import ClusterSpec, DevCluster, free_port
 
 from .conftest import skip_reason
@@ -140,14 +141,42 @@ def submit_held(cluster: FairCluster, user: str, count: int) -> list[str]:
     return names
 
 
+def job_statuses(cluster: FairCluster) -> dict[str, dict[str, Any]]:
+    listed = json.loads(
+        cluster.kubectl.kubectl("get", "executionjobs", "-n", "default", "-o", "json")
+    )
+    return {item["metadata"]["name"]: item.get("status") or {} for item in listed["items"]}
+
+
+def negotiator_interval(cluster: FairCluster, seconds: int) -> None:
+    patch = json.dumps({"spec": {"negotiatorInterval": seconds}})
+    cluster.kubectl.kubectl("patch", "pools", "default", "--type", "merge", "-p", patch)
+
+
+def release_together(cluster: FairCluster, names: list[str]) -> None:
+    """condor_release of `names` so that one cycle sees them all Idle: the negotiator
+    waits (a long NEGOTIATOR_INTERVAL; a release starts no cycle) until the operator has
+    followed every release, then the interval is shortened again, which starts a cycle.
+    (A slot an agent frees meanwhile may start a cycle sooner: a test that releases in an
+    order its assertions allow for does not depend on this.)"""
+    negotiator_interval(cluster, 300)
+    time.sleep(2)  # the cycle the Pool change started is over
+    cluster.kubectl.kubectl(
+        "patch", "executionjobs", "-n", "default", *names,
+        "--type", "merge", "-p", '{"spec": {"hold": false}}',
+    )  # fmt: skip
+    eventually(
+        lambda: all(job_statuses(cluster)[n].get("jobStatus") != "Held" for n in names),
+        60,
+        "every release followed",
+    )
+    negotiator_interval(cluster, 2)
+
+
 def test_alice_and_bob_share_eight_slots_by_user_priority(fair: FairCluster) -> None:
     alice = submit_held(fair, "alice", 20)
     bob = submit_held(fair, "bob", 20)
-    interleaved = [name for pair in zip(alice, bob, strict=True) for name in pair]
-    fair.kubectl.kubectl(
-        "patch", "executionjobs", "-n", "default", *interleaved,
-        "--type", "merge", "-p", '{"spec": {"hold": false}}',
-    )  # fmt: skip
+    release_together(fair, alice + bob)
 
     # Equal priorities: four and four.
     eventually(lambda: fair.running() == {"alice": 4, "bob": 4}, 60, "4 and 4 running")
@@ -185,3 +214,55 @@ def test_alice_and_bob_share_eight_slots_by_user_priority(fair: FairCluster) -> 
         assert after[name]["beginUsageTime"] == before[name]["beginUsageTime"]
         assert after[name]["accumulatedUsage"] >= before[name]["accumulatedUsage"]
         assert after[name]["realPriority"] >= 0.5
+
+
+def test_jobprio_first_an_unmatchable_job_never_blocks_and_nice_jobs_run_last(
+    fair: FairCluster,
+) -> None:
+    for user in ("alice", "bob"):  # the first test's jobs leave the slots
+        with contextlib.suppress(AssertionError):  # none left: condor_rm says so, exit 1
+            fair.kubectl.kubectl("kondor", "rm", "-all", user=user)
+    eventually(lambda: not fair.running(), 60, "no job running")
+    jobs = [
+        process_job("impossible", "sleep 1", hold=True, priority=10, requirements="TotalCpus > 64"),
+        process_job("mid", "sleep 10", hold=True, priority=5),
+        *(process_job(f"low-{i}", "sleep 10", hold=True) for i in range(9)),
+    ]
+    fair.kubectl.apply({"apiVersion": "v1", "kind": "List", "items": jobs}, user="alice")
+    nice = process_job("nice", "sleep 1", hold=True, attributes={"NiceUser": "true"})
+    fair.kubectl.apply(nice, user="bob")
+    release_together(fair, [job["metadata"]["name"] for job in jobs] + ["nice"])
+
+    first = eventually(
+        lambda: (
+            (s := job_statuses(fair))
+            and sum(st.get("jobStatus") == "Running" for st in s.values()) == SLOTS
+            and s
+        ),
+        60,
+        "eight jobs running",
+    )
+    assert first["mid"]["jobStatus"] == "Running"  # JobPrio 5 before JobPrio 0
+    assert first["nice"]["jobStatus"] == "Idle"  # others still want slots
+    impossible = first["impossible"]
+    assert impossible["jobStatus"] == "Idle"
+
+    def started(name: str) -> float:
+        when = parse_time(job_statuses(fair)[name].get("execution", {}).get("startTime") or "")
+        return when.timestamp() if when is not None else 0.0
+
+    eventually(lambda: started("nice") > 0, 90, "the nice job started")
+    assert all(started(f"low-{i}") <= started("nice") for i in range(9))
+    # Never matched; once slots are free again, its Requirements are why.
+    impossible = eventually(
+        lambda: (
+            (st := job_statuses(fair)["impossible"])
+            and "Requirements" in st.get("lastRejMatchReason", "")
+            and st
+        ),
+        60,
+        "the impossible job rejected for its Requirements",
+    )
+    assert impossible["jobStatus"] == "Idle" and impossible.get("numJobMatches", 0) == 0
+    report = fair.kubectl.kubectl("kondor", "userprio", "-all")
+    assert "nice-user.bob" in report

@@ -91,18 +91,23 @@ def negotiate_fair(
     priorities: Mapping[str, float],
     usage: Mapping[str, float],
     free: float,
+    size: float | None = None,
     consider_preemption: bool = True,
 ) -> FairCycle:
     """One cycle over `jobs` (each with its submitter and weight) and `offers`: submitters
-    by `priorities` (effective, lower first), limits from the pie of `free` plus `usage`
-    (weighted resources each submitter holds now). The offers are not modified."""
+    by `priorities` (effective, lower first), limits from the pie of the pool's `size`
+    (weighted; `free` plus `usage` when not given) less `usage` (weighted resources each
+    submitter holds now); `free` is what the offers have unclaimed. The offers are not
+    modified."""
     matchmaker = Matchmaker(offers, consider_preemption=consider_preemption)
     queues: dict[str, deque[IdleJob]] = {}
     for job in sorted(jobs, key=lambda j: (-j.priority, j.order)):
         queues.setdefault(job.submitter, deque()).append(job)
     order = sorted(queues, key=lambda name: (priorities.get(name, math.inf), name))
     held = {name: max(0.0, usage.get(name, 0.0)) for name in order}
-    size = free + sum(max(0.0, value) for value in usage.values())
+    if size is None:
+        size = free + sum(max(0.0, value) for value in usage.values())
+    size = max(size, free)
     eup = {name: priorities.get(name, math.inf) for name in order}
     shares = pie(eup, size)
     got = dict.fromkeys(order, 0.0)
@@ -120,7 +125,7 @@ def negotiate_fair(
                 if isinstance(outcome, Matched):
                     matches.append(outcome)
                     got[name] += job.weight
-                    left -= job.weight
+                    left -= 0.0 if outcome.preempts else job.weight
                     progress = True
                 else:
                     rejections[job.id] = outcome
@@ -129,20 +134,29 @@ def negotiate_fair(
             break
         for name, extra in pie(hungry, left).items():  # spin the pie again for leftovers
             limits[name] = got[name] + extra
-    for name in order:  # what no slice took goes round in priority order
-        queue = queues[name]
-        while queue:
-            job = queue.popleft()
-            if left <= _EPSILON and not consider_preemption:
-                rejections[job.id] = _waiting(name, shares[name], held[name] + got[name])
-                continue
-            outcome = matchmaker.match(job)
-            if isinstance(outcome, Matched):
-                matches.append(outcome)
-                got[name] += job.weight
+    # What no slice took goes round one job at a time, each time to the submitter whose
+    # usage after the job, weighed by its effective priority, is least: fair among equals,
+    # and a nice user (its priority 1e10 times worse) last.
+    while True:
+        waiting = [name for name in order if queues[name]]
+        if not waiting:
+            break
+        name = min(
+            waiting,
+            key=lambda n: ((held[n] + got[n] + queues[n][0].weight) * eup[n], order.index(n)),
+        )
+        job = queues[name].popleft()
+        if left <= _EPSILON and not consider_preemption:
+            rejections[job.id] = _waiting(name, shares[name], held[name] + got[name])
+            continue
+        outcome = matchmaker.match(job)
+        if isinstance(outcome, Matched):
+            matches.append(outcome)
+            got[name] += job.weight
+            if not outcome.preempts:
                 left -= job.weight
-            else:
-                rejections[job.id] = outcome
+        else:
+            rejections[job.id] = outcome
     return FairCycle(tuple(matches), rejections, shares, got, tuple(order), size)
 
 

@@ -44,7 +44,12 @@ from kondor_core.classads import ExpressionError
 from kondor_core.jobs import job_ad
 from kondor_core.negotiation.accountant import effective_priorities, submitter
 from kondor_core.negotiation.accountant import update as update_accountant
-from kondor_core.negotiation.fairshare import negotiate_fair, offered_weight, request_weight
+from kondor_core.negotiation.fairshare import (
+    negotiate_fair,
+    offered_weight,
+    request_weight,
+    weight_of,
+)
 from kondor_core.negotiation.negotiator import IdleJob, slot_offer
 
 #: HoldReasonCode 1, UserRequest ("Job ClassAd Attributes": HoldReasonCode).
@@ -339,6 +344,7 @@ def plan_cycle(
     interval, or MATCH_TIMEOUT at worst).
     """
     all_jobs = list(jobs)
+    execution_points = list(execution_points)
     pending = {where for job in all_jobs if (where := pending_claim(job)) is not None}
     idle = sorted((job for job in all_jobs if is_idle(job)), key=submission_key)
     by_key = {job_key(job): job for job in idle}
@@ -363,6 +369,7 @@ def plan_cycle(
         priorities=priorities,
         usage=usage,
         free=offered_weight(settings.slot_weight, offers),
+        size=pool_weight(settings.slot_weight, execution_points),
         consider_preemption=settings.negotiator_consider_preemption,
     )
     stamp = format_time(now)
@@ -429,6 +436,23 @@ def submitter_usage(jobs: Iterable[ExecutionJob], settings: PoolSpec) -> dict[st
         weight = request_weight(settings.slot_weight, ad)
         usage[name] = usage.get(name, 0.0) + weight
     return usage
+
+
+def pool_weight(slot_weight: str, execution_points: Iterable[ExecutionPoint]) -> float:
+    """The pool's size for the pie: SLOT_WEIGHT summed over every slot (claimed or not;
+    a partitionable slot's unclaimed rest and its dynamic slots) of the fresh
+    ExecutionPoints. Counting the slots, not the claims, keeps a slot whose job has ended
+    but whose job status the operator has not seen yet from counting twice."""
+    total = 0.0
+    for ep in execution_points:
+        status = ep.status
+        if status is None or status.operator.heartbeat != "Fresh" or ep.metadata.deletion_timestamp:
+            continue
+        for slot in status.slots:
+            resources = {key: slot.ad.get(key, 0) for key in ("Cpus", "Memory", "Disk", "GPUs")}
+            if all(isinstance(v, int | float) for v in resources.values()):
+                total += weight_of(slot_weight, resources)
+    return total
 
 
 def is_nice(ad: Any) -> bool:
