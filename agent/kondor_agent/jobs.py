@@ -102,6 +102,25 @@ class Configurable(Protocol):
     def configure(self, macros: Mapping[str, str]) -> None: ...
 
 
+@dataclass(frozen=True)
+class Usage:
+    """What a running job uses now, as HTCondor's starter reports it to the schedd."""
+
+    user_cpu: float | None = None
+    sys_cpu: float | None = None
+    #: Its memory now and the most it has used (MiB).
+    memory_mib: int | None = None
+    peak_memory_mib: int | None = None
+    num_pids: int | None = None
+
+
+@runtime_checkable
+class Measuring(Protocol):
+    """A launcher that can say what a running job uses."""
+
+    def usage(self, handle: Any) -> Usage | None: ...
+
+
 @runtime_checkable
 class Adopting(Protocol):
     """A launcher that can take back a job a previous agent started (its process outlives it)."""
@@ -120,6 +139,8 @@ class _Running:
     killed: bool = False
     #: The startd suspended it (SUSPEND) and has not continued it yet.
     suspended: bool = False
+    #: When its usage was last written (the clock's time).
+    measured: float = 0.0
 
 
 @dataclass
@@ -141,6 +162,8 @@ class JobRunner:
     #: Jobs a previous agent started whose process this one takes back: job id -> handle,
     #: until the startd has claimed their slot again (start-job) or refused to.
     _adopting: dict[str, Any] = field(default_factory=dict)
+    #: Seconds between writes of a running job's usage (HTCondor's STARTER_UPDATE_INTERVAL).
+    usage_interval: float = 300.0
 
     def events(self, node: startd.Startd) -> dict[str, list[Event]]:
         """Read the node's jobs, collect ended processes, and say what the schedd says."""
@@ -163,6 +186,8 @@ class JobRunner:
                     # Runtimes freeze and thaw cgroups for their own updates: freeze it again.
                     log.warning("%s was thawed behind the startd's back; freezing it again", name)
                     self.launcher.suspend(run.handle)
+                if self.clock() - run.measured >= self.usage_interval:
+                    self._report_usage(run)
                 continue
             del self.running[name]
             self.finished.setdefault(name, []).append(run)
@@ -332,7 +357,27 @@ class JobRunner:
         self.running[name] = run
         self._write_running(run, "Running")
 
-    def _write_running(self, run: _Running, state: ExecutionState) -> None:
+    def _write_running(
+        self, run: _Running, state: ExecutionState, usage: Usage | None = None
+    ) -> None:
+        now = self.clock()
+        measured: dict[str, Any] = {}
+        if run.measured == 0.0:
+            run.measured = now  # the first usage one interval after the start
+        if usage is not None:
+            run.measured = now
+            measured = {
+                "remote_user_cpu": usage.user_cpu,
+                "remote_sys_cpu": usage.sys_cpu,
+                "memory_usage": usage.memory_mib,
+                "resident_set_size": None if usage.memory_mib is None else usage.memory_mib * 1024,
+                "image_size": (
+                    None if usage.peak_memory_mib is None else usage.peak_memory_mib * 1024
+                ),
+                "peak_memory": usage.peak_memory_mib,
+                "num_pids": usage.num_pids,
+                "usage_time": format_time(now),
+            }
         self._write(
             run.job,
             JobExecution(
@@ -341,8 +386,19 @@ class JobRunner:
                 slot=run.slot,
                 directory=self.launcher.directory(run.handle),
                 start_time=format_time(run.started),
+                job_current_start_executing_date=int(run.started),
+                **measured,
             ),
         )
+
+    def _report_usage(self, run: _Running) -> None:
+        """Write what the running job uses now (CPU time, memory, processes)."""
+        run.measured = self.clock()
+        if not isinstance(self.launcher, Measuring):
+            return
+        usage = self.launcher.usage(run.handle)
+        if usage is not None:
+            self._write_running(run, "Suspended" if run.suspended else "Running", usage)
 
     def _report_end(self, run: _Running, outcome: Outcome) -> None:
         state: ExecutionState
@@ -366,6 +422,12 @@ class JobRunner:
                 remote_user_cpu=outcome.user_cpu,
                 remote_sys_cpu=outcome.sys_cpu,
                 peak_memory=outcome.peak_memory_mib,
+                memory_usage=outcome.peak_memory_mib,
+                image_size=(
+                    None if outcome.peak_memory_mib is None else outcome.peak_memory_mib * 1024
+                ),
+                num_pids=0,
+                job_current_start_executing_date=int(outcome.start_time or run.started),
                 hold_reason=outcome.hold_reason,
                 hold_reason_code=outcome.hold_reason_code,
             ),
@@ -437,6 +499,11 @@ class RuntimeLaunchers:
         for launcher in (self.process, self.pod):
             if isinstance(launcher, Configurable):
                 launcher.configure(macros)
+
+    def usage(self, handle: _Tagged) -> Usage | None:
+        if not isinstance(handle.launcher, Measuring):
+            return None
+        return handle.launcher.usage(handle.inner)
 
     def adopt(self, job: ExecutionJob, execution: JobExecution) -> Any | None:
         launcher = self.pod if job.spec.runtime == "pod" else self.process

@@ -20,11 +20,12 @@ from typing import Any
 from kondor_agent.execute.cgroups import CgroupError, JobCgroups
 from kondor_agent.execute.launcher import JobHandle, ProcessLauncher
 from kondor_agent.execute.limits import ExecuteSettings, SettingsError, slot_limits
-from kondor_agent.jobs import Outcome
+from kondor_agent.jobs import Outcome, Usage
 from kondor_core.api import ExecutionJob, JobExecution
 from kondor_core.slots import SlotAd
 
 log = logging.getLogger("kondor_agent.processes")
+_MIB = 1024 * 1024
 
 
 class ProcessJobs:
@@ -107,6 +108,22 @@ class ProcessJobs:
             sys_cpu=result.sys_cpu_seconds,
             peak_memory_mib=result.peak_memory_mib,
             lost=lost,
+        )
+
+    def usage(self, handle: JobHandle) -> Usage | None:
+        """What the job's cgroup accounts now; None without cgroups."""
+        cgroups = self.launcher.cgroups
+        if not cgroups.enabled or not cgroups.exists(handle.cgroup):
+            return None
+        used = cgroups.usage(handle.cgroup)
+        return Usage(
+            user_cpu=used.user_cpu_seconds,
+            sys_cpu=used.sys_cpu_seconds,
+            memory_mib=None if used.memory_bytes is None else -(-used.memory_bytes // _MIB),
+            peak_memory_mib=(
+                None if used.peak_memory_bytes is None else -(-used.peak_memory_bytes // _MIB)
+            ),
+            num_pids=used.num_pids,
         )
 
     def ended(self, handle: JobHandle) -> bool:

@@ -171,6 +171,23 @@ class JobExecution(Model):
     remote_user_cpu: float | None = Field(default=None, description="RemoteUserCpu (seconds)")
     remote_sys_cpu: float | None = Field(default=None, description="RemoteSysCpu (seconds)")
     peak_memory: int | None = Field(default=None, description="MemoryUsage peak (MiB)")
+    image_size: int | None = Field(
+        default=None, description="ImageSize (KiB): the most memory the job has used"
+    )
+    memory_usage: int | None = Field(
+        default=None, description="MemoryUsage (MiB): its memory now, the peak once it ended"
+    )
+    resident_set_size: int | None = Field(
+        default=None, description="ResidentSetSize (KiB): its memory at the last update"
+    )
+    num_pids: int | None = Field(default=None, description="NumPids: its processes now")
+    job_current_start_executing_date: int | None = Field(
+        default=None,
+        description="JobCurrentStartExecutingDate (seconds since the epoch): this run's start",
+    )
+    usage_time: str | None = Field(
+        default=None, description="When the usage above was measured (updated while it runs)"
+    )
     hold_reason: str | None = None
     hold_reason_code: int | None = None
 

@@ -12,7 +12,7 @@ import pytest
 from agent_fakes import EXAMPLES, FakeAPI, FakeClock, MachineBox, example_machine, load_yaml
 
 from kondor_agent.execute.limits import ExecuteSettings, MemoryLimitPolicy
-from kondor_agent.jobs import JobRunner, Outcome
+from kondor_agent.jobs import JobRunner, Outcome, Usage
 from kondor_agent.loop import Agent, AgentConfig
 from kondor_core.api import ExecutionJob, JobExecution
 from kondor_core.api.meta import apply_merge_patch
@@ -393,3 +393,44 @@ def test_a_restarted_agent_takes_back_running_jobs_and_reports_their_exit_once()
     _tick(agent, clock)
     assert api.execution("long")["state"] == "Exited"
     assert launcher.launched == []
+
+
+class MeasuringLauncher(FakeLauncher):
+    def usage(self, handle: str) -> Usage | None:
+        return Usage(user_cpu=1.5, sys_cpu=0.25, memory_mib=40, peak_memory_mib=64, num_pids=3)
+
+
+def test_a_running_jobs_usage_is_written_every_usage_interval_with_htcondors_names(
+    node: Any,
+) -> None:
+    api, clock, _launcher, _agent = node
+    launcher = MeasuringLauncher()
+    agent = Agent(
+        AgentConfig(node_name=NODE, polling_interval=5.0),
+        api,
+        MachineBox(example_machine("node-a.yaml")),
+        live=lambda _now: {},
+        clock=clock,
+        jobs=JobRunner(api, launcher, clock, usage_interval=30.0),
+    )
+    agent.step()
+    api.job_objects["default/hello"] = matched("hello", "uid-hello#1")
+    _tick(agent, clock)
+    started = api.execution("hello")
+    assert started["state"] == "Running" and "numPids" not in started
+    assert started["jobCurrentStartExecutingDate"] == int(clock.now)
+    _tick(agent, clock, 10)
+    assert "numPids" not in api.execution("hello")  # not yet: every 30 s
+    _tick(agent, clock, 25)
+    measured = api.execution("hello")
+    assert {k: measured[k] for k in ("remoteUserCpu", "remoteSysCpu", "numPids")} == {
+        "remoteUserCpu": 1.5,
+        "remoteSysCpu": 0.25,
+        "numPids": 3,
+    }
+    assert (measured["memoryUsage"], measured["residentSetSize"], measured["imageSize"]) == (
+        40,
+        40 * 1024,
+        64 * 1024,
+    )
+    assert measured["usageTime"]

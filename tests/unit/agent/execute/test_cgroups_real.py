@@ -19,6 +19,7 @@ from execute_fakes import wait_for, wait_result
 from kondor_agent.execute.cgroups import SUPERVISORS, CgroupError, JobCgroups
 from kondor_agent.execute.launcher import ProcessLauncher
 from kondor_agent.execute.limits import CgroupLimits, ExecuteSettings, slot_limits
+from kondor_agent.processes import ProcessJobs
 from kondor_core.api import ProcessRuntime
 
 AD = 'MyType = "Job"'
@@ -267,3 +268,19 @@ def test_a_double_forked_daemon_dies_with_the_job(
     grandchild = int((handle.scratch / "daemon.pid").read_text())
     wait_for(lambda: _gone(grandchild))
     wait_for(lambda: cgroups.pids(handle.cgroup) == [])
+
+
+def test_a_running_jobs_usage_through_the_process_runtime(
+    launcher: ProcessLauncher, cgroups: JobCgroups
+) -> None:
+    """What the agent writes while a job runs: NumPids, its memory, its CPU time."""
+    script = "sleep 30 & sleep 30 & exec sleep 30"
+    runtime = ProcessRuntime(executable="/bin/sh", arguments=["-c", script])
+    handle = launcher.launch("busy", runtime, AD, AD, slot="slot1_1", limits=slot_limits(1, 64))
+    wait_for(lambda: len(cgroups.pids(handle.cgroup)) == 3)
+    usage = ProcessJobs(launcher).usage(handle)
+    assert usage is not None and usage.num_pids == 3
+    if cgroups.can_limit_memory:
+        assert usage.memory_mib is not None and 0 < usage.memory_mib <= 64
+    launcher.hard_kill(handle)
+    wait_result(launcher, handle)
