@@ -1,9 +1,13 @@
 """kopf handlers, registered on a registry the caller owns. Thin: they index, touch, check.
 
-* `@kopf.index` on Nodes, ExecutionPoints and SlotPolicies: the in-memory view
-  the reconciler reads (no change-detecting handlers, so no annotation writes on
-  these objects; DESIGN.md, "Scale").
-* `@kopf.on.event` on the same kinds: mark what changed for the reconciler.
+* `@kopf.index` on ExecutionPoints and SlotPolicies: the in-memory view the
+  reconciler reads (no change-detecting handlers, so no annotation writes on these
+  objects; DESIGN.md, "Scale").
+* Nodes are not kopf's: their metadata is watched by `kondor_operator.nodewatch`
+  (status heartbeats cost nothing), started with the reconciler, which is attached
+  once every Node has been listed.
+* `@kopf.on.event` on ExecutionPoints and SlotPolicies: mark what changed for the
+  reconciler.
 * `@kopf.on.validate` on SlotPolicies: refuse an invalid policy at `kubectl apply`
   with the field, the value and classad2's message.
 * ExecutionJob admission (owner, validity, immutability): `webhook.register_job_admission`.
@@ -13,18 +17,18 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 from typing import Any
 
 import kopf
 
 from kondor_core.api import EXECUTION_POINTS, GROUP, SLOT_POLICIES, VERSION
 from kondor_core.fleet import NodeFacts, ObservedPolicy, admission_message, check_policy
+from kondor_operator.nodewatch import NodeChanges, NodeSource, NodeWatch
 from kondor_operator.reconciler import (
     ExecutionPointEntry,
-    NodeChanges,
     Reconciler,
     execution_point_entry,
-    node_entry,
     slot_policy_entry,
 )
 from kondor_operator.webhook import register_job_admission
@@ -32,7 +36,6 @@ from kondor_operator.webhook import register_job_admission
 logger = logging.getLogger(__name__)
 
 #: Index ids: kopf passes each index to handlers as a keyword argument of this name.
-NODES_INDEX = "nodes"
 EXECUTION_POINTS_INDEX = "executionpoints"
 SLOT_POLICIES_INDEX = "slotpolicies"
 #: The admission handler's id; kopf names the webhook `<id>.<configuration name>`.
@@ -42,6 +45,7 @@ VALIDATE_ID = "validate-slotpolicy"
 def register(
     registry: kopf.OperatorRegistry,
     reconciler: Reconciler,
+    nodes: NodeSource,
     *,
     connection: kopf.ConnectionInfo | None = None,
     webhook: bool = True,
@@ -49,22 +53,21 @@ def register(
 ) -> None:
     """Register the operator's handlers on `registry`.
 
+    `nodes` lists and watches Node metadata (kondor_operator.kube.Kube).
     `webhook_fails_closed` is the webhook's failurePolicy: Fail refuses every SlotPolicy
     write while the operator is down; Ignore (the default) admits them, and the reconciler
     reports an invalid one in its status and leaves its ExecutionPoints as they were.
     """
     tasks: list[asyncio.Task[None]] = []
+    stop_watch = threading.Event()
+    #: Node name -> its facts, in kopf's index shape; written on the event loop only.
+    node_index: dict[str, tuple[NodeFacts]] = {}
 
     if connection is not None:
 
         @kopf.on.login(id="login", registry=registry)
         def login(**_: Any) -> kopf.ConnectionInfo:
             return connection
-
-    @kopf.index(group="", version="v1", plural="nodes", id=NODES_INDEX, registry=registry)
-    def index_node(body: kopf.Body, **_: Any) -> dict[str, NodeFacts]:
-        facts = node_entry(body)
-        return {facts.name: facts}
 
     @kopf.index(GROUP, VERSION, EXECUTION_POINTS, id=EXECUTION_POINTS_INDEX, registry=registry)
     def index_execution_point(body: kopf.Body, **_: Any) -> dict[str, ExecutionPointEntry]:
@@ -78,23 +81,35 @@ def register(
 
     @kopf.on.startup(id="start-reconciler", registry=registry)
     async def start_reconciler(**kwargs: Any) -> None:
-        reconciler.attach(
-            kwargs[NODES_INDEX], kwargs[EXECUTION_POINTS_INDEX], kwargs[SLOT_POLICIES_INDEX]
-        )
+        loop = asyncio.get_running_loop()
+
+        def nodes_changed(changes: NodeChanges) -> None:  # on the event loop
+            for name, facts in changes.items():
+                if facts is None:
+                    node_index.pop(name, None)
+                else:
+                    node_index[name] = (facts,)
+                reconciler.touch_node(name)
+
+        def from_watch(changes: NodeChanges) -> None:  # on the watch's thread
+            loop.call_soon_threadsafe(nodes_changed, dict(changes))
+
+        watch = NodeWatch(nodes, from_watch)
+        watch.start(stop_watch)
+        # The first pass must see every Node: one missing would lose its ExecutionPoint.
+        while not await asyncio.to_thread(watch.synced.wait, 1.0):
+            pass
+        await asyncio.sleep(0)  # the listing's changes, queued before `synced`, are applied
+        reconciler.attach(node_index, kwargs[EXECUTION_POINTS_INDEX], kwargs[SLOT_POLICIES_INDEX])
         tasks.append(asyncio.create_task(reconciler.run(), name="kondor reconciler"))
 
     @kopf.on.cleanup(id="stop-reconciler", registry=registry)
     async def stop_reconciler(**_: Any) -> None:
+        stop_watch.set()
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
-
-    node_changes = NodeChanges()
-
-    @kopf.on.event(group="", version="v1", plural="nodes", id="node-changed", registry=registry)
-    def node_changed(name: str, body: kopf.Body, type: str | None, **_: Any) -> None:
-        if node_changes.matter(name, body, type):
-            reconciler.touch(name)
+        reconciler.close()
 
     @kopf.on.event(
         GROUP, VERSION, EXECUTION_POINTS, id="execution-point-changed", registry=registry

@@ -1,17 +1,22 @@
 """The operator's door to the API server: connection settings, writes, Events and the Lease.
 
-kopf watches (with its own client); everything the operator *writes* goes through
-`Kube`, synchronously, from a worker thread, so the reconciler takes any object
-with these methods and tests can hand it a fake.
+kopf watches (with its own client) all but the Nodes; everything the operator *writes*
+goes through `Kube`, synchronously, from worker threads, so the reconciler takes any
+object with these methods and tests can hand it a fake. Requests are paced by a `Pacer`
+(client-go's QPS and burst) shared by every `Kube` of the process. Nodes are listed and
+watched here as metadata only (PartialObjectMetadata), for `kondor_operator.nodewatch`.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import socket
+import threading
+import time
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -19,6 +24,7 @@ from typing import Any
 
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
+from kubernetes.watch.watch import iter_resp_lines
 
 from kondor_core.api import (
     API_VERSION,
@@ -32,11 +38,17 @@ from kondor_core.api import (
     format_time,
     kube_config_source,
 )
-from kondor_core.fleet import Event
+from kondor_core.fleet import Event, TokenBucket
 
 logger = logging.getLogger(__name__)
 
 COMPONENT = "kondor-operator"
+#: The API server's metadata-only views of a list and of a watch's objects (what client-go's
+#: metadata informers ask for): name, uid, labels and the rest of metadata, no spec, no status.
+PARTIAL_OBJECT_METADATA_LIST = "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1"
+PARTIAL_OBJECT_METADATA = "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1"
+#: Page size of a Node listing.
+LIST_PAGE = 500
 #: Events about cluster-scoped objects (Nodes, ExecutionPoints, SlotPolicies) live here, as
 #: the kubelet's Node events do; `kubectl describe` finds them.
 EVENTS_NAMESPACE = "default"
@@ -107,18 +119,59 @@ def node_ref(name: str, uid: str | None) -> ObjectRef:
     return ObjectRef("v1", "Node", name, uid)
 
 
+class Pacer:
+    """Client-side rate limit of the operator's requests: `burst` at once, then `qps` a
+    second (client-go's rest config QPS and Burst); `qps` <= 0 means none. Thread-safe:
+    the reconciler's writer threads and the negotiator share one."""
+
+    def __init__(
+        self,
+        qps: float,
+        burst: int,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        self.qps = qps
+        self.burst = max(1, burst)
+        self.clock = clock
+        self.sleep = sleep
+        self._lock = threading.Lock()
+        self._bucket = TokenBucket.full(self.burst, clock())
+
+    def wait(self) -> float:
+        """Block until the next request may go; the seconds waited."""
+        with self._lock:
+            self._bucket, delay = self._bucket.take(self.clock(), self.qps, self.burst)
+        if delay > 0:
+            self.sleep(delay)
+        return delay
+
+
 class Kube:
     """The writes the reconciler makes, over the `kubernetes` client. 404 and 409 are
     returned as False (someone else got there first; the next event settles it)."""
 
-    def __init__(self, api_client: client.ApiClient, *, instance: str = COMPONENT) -> None:
+    def __init__(
+        self,
+        api_client: client.ApiClient,
+        *,
+        instance: str = COMPONENT,
+        pacer: Pacer | None = None,
+    ) -> None:
+        self.api_client = api_client
         self.objects = client.CustomObjectsApi(api_client)
         self.core = client.CoreV1Api(api_client)
         self.instance = instance
+        self.pacer = pacer
 
-    @staticmethod
-    def _applied(call: Callable[..., Any], *args: Any, **kwargs: Any) -> bool:
+    def _pace(self) -> None:
+        if self.pacer is not None:
+            self.pacer.wait()
+
+    def _applied(self, call: Callable[..., Any], *args: Any, **kwargs: Any) -> bool:
         """Make the call; False when it met 404 or 409, which the next event settles."""
+        self._pace()
         try:
             call(*args, **kwargs)
         except ApiException as error:
@@ -129,6 +182,7 @@ class Kube:
 
     def create_execution_point(self, manifest: Mapping[str, Any]) -> str | None:
         """Create the ExecutionPoint; its uid, or None if it exists already."""
+        self._pace()
         try:
             created = self.objects.create_cluster_custom_object(
                 GROUP, VERSION, EXECUTION_POINTS, dict(manifest)
@@ -175,6 +229,7 @@ class Kube:
         body = dict(patch)
         if resource_version:
             body["metadata"] = {"resourceVersion": resource_version}
+        self._pace()
         try:
             updated = self.objects.patch_namespaced_custom_object_status(
                 GROUP, VERSION, namespace, EXECUTION_JOBS, name, body, _content_type=MERGE_PATCH
@@ -189,6 +244,7 @@ class Kube:
         self, namespace: str, name: str, patch: Mapping[str, Any]
     ) -> dict[str, Any] | None:
         """Merge-patch the job object (its labels): the job as it is now, None when gone."""
+        self._pace()
         try:
             updated = self.objects.patch_namespaced_custom_object(
                 GROUP,
@@ -207,6 +263,7 @@ class Kube:
 
     def read_pool(self, name: str) -> dict[str, Any] | None:
         """The Pool as the API server has it; None when there is none."""
+        self._pace()
         try:
             found = self.objects.get_cluster_custom_object(GROUP, VERSION, POOLS, name)
         except ApiException as error:
@@ -255,8 +312,65 @@ class Kube:
                 "reportingInstance": self.instance,
             }
         )
+        self._pace()
         try:
             assert body is not None  # from_dict of a dict
             self.core.create_namespaced_event(EVENTS_NAMESPACE, body)
         except (ApiException, ValueError) as error:
             logger.warning("cannot post Event %s on %s: %s", event.reason, ref.name, error)
+
+    # ---- Nodes, metadata only -----------------------------------------------------------
+
+    def _get(
+        self, path: str, query: list[tuple[str, str]], accept: str, timeout: float | None
+    ) -> Any:
+        """A GET of `path` as the client's own calls make it (auth, TLS, pool), the
+        response unread (urllib3's); ApiException when it is not a 2xx."""
+        method, url, headers, body, post = self.api_client.param_serialize(
+            "GET",
+            path,
+            query_params=query,
+            header_params={"Accept": accept},
+            auth_settings=["BearerToken"],
+        )
+        response = self.api_client.call_api(
+            method, url, headers, body, post, _request_timeout=timeout
+        )
+        if not 200 <= response.status <= 299:
+            raise ApiException(http_resp=response.response)
+        return response.response
+
+    def list_node_metadata(self) -> tuple[list[dict[str, Any]], str]:
+        """Every Node's metadata (PartialObjectMetadataList, in pages) and the listing's
+        resourceVersion, to watch from."""
+        items: list[dict[str, Any]] = []
+        page = ""
+        while True:
+            self._pace()
+            query = [("limit", str(LIST_PAGE))] + ([("continue", page)] if page else [])
+            raw = self._get("/api/v1/nodes", query, PARTIAL_OBJECT_METADATA_LIST, 60)
+            listing = json.loads(raw.data)
+            items += [item.get("metadata") or {} for item in listing.get("items") or []]
+            metadata = listing.get("metadata") or {}
+            page = str(metadata.get("continue") or "")
+            if not page:
+                return items, str(metadata.get("resourceVersion") or "")
+
+    def watch_node_metadata(
+        self, resource_version: str, timeout_seconds: int
+    ) -> Iterator[dict[str, Any]]:
+        """Watch events of Node metadata from `resource_version` (with bookmarks), until the
+        server ends the watch after `timeout_seconds`: {"type": ..., "object": {...}}."""
+        query = [
+            ("watch", "true"),
+            ("allowWatchBookmarks", "true"),
+            ("resourceVersion", resource_version),
+            ("timeoutSeconds", str(timeout_seconds)),
+        ]
+        raw = self._get("/api/v1/nodes", query, PARTIAL_OBJECT_METADATA, timeout_seconds + 30)
+        try:
+            for line in iter_resp_lines(raw):  # type: ignore[no-untyped-call]
+                if line:
+                    yield json.loads(line)
+        finally:
+            raw.release_conn()

@@ -8,6 +8,7 @@ runs the pool's schedd and negotiator (kondor_operator.negotiator).
                     [--webhook-failure-policy Ignore|Fail]
                     [--no-webhook] [--metrics-port N]
                     [--leader-election | --no-leader-election] [--leader-election-*]
+                    [--kube-qps N] [--kube-burst N] [--write-concurrency N]
 
 Every flag has an environment variable (`KONDOR_` + the flag in upper case with
 `_`, for example KONDOR_WEBHOOK_PORT) for the Helm chart; a flag wins over its
@@ -16,6 +17,9 @@ variable. The namespace (of the leader Lease) defaults to $POD_NAMESPACE.
 Only one replica acts at a time: before kopf starts, the process takes the
 Lease `--leader-election-lease` in `--namespace` (see kondor_operator.leader);
 it stops handling and exits when it loses it, and releases it on SIGTERM.
+
+Its requests to the API server are paced as client-go's are (`--kube-qps`,
+`--kube-burst`), and a pass writes up to `--write-concurrency` ExecutionPoints at once.
 """
 
 from __future__ import annotations
@@ -34,7 +38,13 @@ import kopf
 from kubernetes import client
 
 from kondor_operator import handlers, negotiator
-from kondor_operator.kube import Kube, bearer_token, default_identity, load_configuration
+from kondor_operator.kube import (
+    Kube,
+    Pacer,
+    bearer_token,
+    default_identity,
+    load_configuration,
+)
 from kondor_operator.leader import LeaderElector, LeaseTimings
 from kondor_operator.metrics import Metrics
 from kondor_operator.reconciler import Reconciler
@@ -62,6 +72,9 @@ class Options:
     timings: LeaseTimings
     resync: float
     verbose: bool
+    kube_qps: float = 200.0
+    kube_burst: int = 400
+    write_concurrency: int = 16
 
 
 def _env(flag: str, default: str | None = None) -> str | None:
@@ -162,6 +175,26 @@ def parser() -> argparse.ArgumentParser:
         default=float(_env("resync", "30") or 30),
         help="seconds between full passes (heartbeats go stale without events)",
     )
+    api = p.add_argument_group("API client")
+    api.add_argument(
+        "--kube-qps",
+        type=float,
+        default=float(_env("kube-qps", "200") or 0),
+        help="requests a second to the API server once the burst is spent, as client-go's "
+        "QPS; 0 for no limit (default 200)",
+    )
+    api.add_argument(
+        "--kube-burst",
+        type=int,
+        default=int(_env("kube-burst", "400") or 1),
+        help="requests at once before --kube-qps applies (default 400)",
+    )
+    api.add_argument(
+        "--write-concurrency",
+        type=int,
+        default=int(_env("write-concurrency", "16") or 1),
+        help="ExecutionPoints a reconcile pass writes at once (default 16)",
+    )
     add("-v", "--verbose", action="store_true", default=_flag_bool("verbose", False))
     return p
 
@@ -175,6 +208,8 @@ def parse_options(argv: Sequence[str] | None = None) -> Options:
         args.leader_election_retry_period,
     )
     problems = timings.problems() if args.leader_election else []
+    if args.kube_qps < 0 or args.kube_burst < 1 or args.write_concurrency < 1:
+        problems.append("--kube-qps is at least 0, --kube-burst and --write-concurrency at least 1")
     if (args.webhook_cert is None) != (args.webhook_key is None):
         problems.append("--webhook-cert and --webhook-key go together")
     service = None
@@ -213,6 +248,9 @@ def parse_options(argv: Sequence[str] | None = None) -> Options:
         timings=timings,
         resync=args.resync,
         verbose=args.verbose,
+        kube_qps=args.kube_qps,
+        kube_burst=args.kube_burst,
+        write_concurrency=args.write_concurrency,
     )
 
 
@@ -245,18 +283,25 @@ def kopf_settings(options: Options) -> kopf.OperatorSettings:
 async def run(options: Options) -> int:
     """Run until SIGTERM/SIGINT (0), until leadership is lost (1), or until kopf fails (2)."""
     configuration = load_configuration(options.kubeconfig, options.context)
+    # A connection each for the writer threads, the negotiator, the Node watch and the Lease.
+    configuration.connection_pool_maxsize = options.write_concurrency + 4
     api_client = client.ApiClient(configuration)
     metrics = Metrics()
     if options.metrics_port:
         metrics.serve(options.metrics_port, options.metrics_addr)
+    pacer = Pacer(options.kube_qps, options.kube_burst)
+    kube = Kube(api_client, instance=options.identity, pacer=pacer)
     reconciler = Reconciler(
-        Kube(api_client, instance=options.identity), metrics, resync=options.resync
+        kube, metrics, resync=options.resync, concurrency=options.write_concurrency
     )
-    schedd = negotiator.Negotiator(Kube(api_client, instance=options.identity), metrics)
+    schedd = negotiator.Negotiator(
+        Kube(api_client, instance=options.identity, pacer=pacer), metrics
+    )
     registry = kopf.OperatorRegistry()
     handlers.register(
         registry,
         reconciler,
+        kube,
         connection=connection_info(configuration),
         webhook=options.webhook is not None,
         webhook_fails_closed=options.webhook_failure_policy == "Fail",

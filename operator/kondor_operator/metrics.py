@@ -27,6 +27,14 @@ class Metrics:
             ["kind", "action"],
             registry=self.registry,
         )
+        self.events = Counter(
+            f"{PREFIX}_events",
+            "Events about ExecutionPoints and SlotPolicies: posted one per change, or "
+            "summarised (the changes a summary stands for) when a bulk change is over the "
+            "Event allowance",
+            ["delivery"],
+            registry=self.registry,
+        )
         self.execution_points = Gauge(
             f"{PREFIX}_execution_points",
             "ExecutionPoints by whether the agent's heartbeat is fresh (Fresh, Stale, Unknown)",

@@ -1,12 +1,20 @@
-"""The fleet reconciler: gather from kopf's indexes, call `kondor_core.fleet`, apply the plan.
+"""The fleet reconciler: gather from the operator's indexes, call `kondor_core.fleet`, apply.
 
-Nodes, ExecutionPoints and SlotPolicies reach the operator through `@kopf.index`
-(DESIGN.md, "Scale"): kopf keeps them in memory from its watches and starts no
-handler until every index is filled from its first listing, so the first pass
-sees the whole cluster. Event handlers only `touch` the names an event concerns;
-one task drains them, a burst of events becoming one pass, so writes are serial
-and never race each other. A pass every `resync` seconds re-judges heartbeats,
-which go stale with time and no event.
+ExecutionPoints and SlotPolicies reach the operator through `@kopf.index`
+(DESIGN.md, "Scale"), Nodes through a metadata-only watch of the operator's own
+(`kondor_operator.nodewatch`): kopf starts no handler until every index is filled
+from its first listing, and the handlers attach the reconciler only once the Node
+watch has listed every Node, so the first pass sees the whole cluster. Event
+handlers only `touch` the names an event concerns; one task drains them, a burst of
+events becoming one pass. A pass plans only what was touched (an agent's heartbeat
+costs a plan of its own ExecutionPoint, not of the fleet); a full pass every `resync`
+seconds re-judges heartbeats, which go stale with time and no event, and refreshes
+the fleet gauges.
+
+A pass's writes go out on a bounded pool of `concurrency` threads, the writes of one
+ExecutionPoint in order on one of them; its Events after, one per change while the
+Event allowance lasts and summarised past it (`kondor_core.fleet.ration_events`), so a
+re-carve of the whole fleet does not double its writes.
 """
 
 from __future__ import annotations
@@ -14,7 +22,9 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import Callable, Collection, Mapping
+import time
+from collections.abc import Callable, Collection, Iterable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Protocol, TypeVar
@@ -32,9 +42,12 @@ from kondor_core.api import (
 )
 from kondor_core.fleet import (
     DEFAULT_UPDATE_INTERVAL,
+    EVENT_BURST,
+    EVENT_RATE,
     MANAGED_BY,
     MANAGED_BY_LABEL,
     Action,
+    Announcement,
     CheckedPolicy,
     CreateExecutionPoint,
     DeleteExecutionPoint,
@@ -46,12 +59,14 @@ from kondor_core.fleet import (
     PatchOperatorStatus,
     PatchPolicyStatus,
     PolicyCandidate,
+    TokenBucket,
     check_policy,
     heartbeat_state,
     heartbeat_word,
     plan_execution_points,
     plan_policy_statuses,
     policy_counts,
+    ration_events,
     resolve,
 )
 from kondor_operator.kube import ObjectRef, execution_point_ref, slot_policy_ref
@@ -108,27 +123,6 @@ class ExecutionPointEntry:
 def node_entry(body: Mapping[str, Any]) -> NodeFacts:
     metadata = _metadata(body)
     return NodeFacts(name=metadata.name, uid=metadata.uid or "", labels=dict(metadata.labels))
-
-
-class NodeChanges:
-    """Which Node watch events matter: a new node, new labels or uid, or a deletion.
-
-    Kubelets (and kwok) write node status every few seconds; reconciling on each of those
-    would spend the operator's CPU on nothing (seen in bench/bench_fleet.py).
-    """
-
-    def __init__(self) -> None:
-        self._seen: dict[str, NodeFacts] = {}
-
-    def matter(self, name: str, body: Mapping[str, Any], event_type: str | None) -> bool:
-        if event_type == "DELETED":
-            self._seen.pop(name, None)
-            return True
-        facts = node_entry(body)
-        if self._seen.get(name) == facts:
-            return False
-        self._seen[name] = facts
-        return True
 
 
 def _execution_point_status(name: str, raw: Any) -> ExecutionPointStatus:
@@ -199,8 +193,16 @@ def slot_policy_entry(body: Mapping[str, Any]) -> ObservedPolicy:
     )
 
 
-def _single(index: Index) -> dict[str, Any]:
-    return {key: next(iter(values)) for key, values in index.items() if values}
+def _single(index: Index, names: Iterable[str] | None = None) -> dict[str, Any]:
+    """One value per key of kopf's index shape; only `names` when given."""
+    if names is None:
+        return {key: next(iter(values)) for key, values in index.items() if values}
+    found = {}
+    for name in names:
+        values = index.get(name)
+        if values:
+            found[name] = next(iter(values))
+    return found
 
 
 # ---- the reconciler ---------------------------------------------------------------------------
@@ -208,7 +210,8 @@ def _single(index: Index) -> dict[str, Any]:
 
 @dataclass
 class Snapshot:
-    """The world as the indexes had it at the start of a pass."""
+    """The world as the indexes had it at the start of a pass (a touched pass: the nodes
+    and ExecutionPoints it touched; the policies always)."""
 
     nodes: dict[str, NodeFacts]
     execution_points: dict[str, ExecutionPointEntry]
@@ -222,6 +225,15 @@ class Plan:
     uids: dict[str, str] = field(default_factory=dict)
 
 
+@dataclass(frozen=True)
+class _Written:
+    """An Event to post about a write that was made."""
+
+    subject: str
+    ref: ObjectRef
+    event: Event
+
+
 class Reconciler:
     """Keeps one ExecutionPoint per selected node and every SlotPolicy's status current."""
 
@@ -231,40 +243,57 @@ class Reconciler:
         metrics: Metrics,
         *,
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+        monotonic: Callable[[], float] = time.monotonic,
         debounce: float = 0.2,
         resync: float = 60.0,
+        concurrency: int = 16,
+        event_burst: float = EVENT_BURST,
+        event_rate: float = EVENT_RATE,
     ) -> None:
         self.writer = writer
         self.metrics = metrics
         self.clock = clock
+        self.monotonic = monotonic
         self.debounce = debounce
         self.resync = resync
+        self.concurrency = max(1, concurrency)
+        self.event_burst = event_burst
+        self.event_rate = event_rate
         self._indexes: tuple[Index, Index, Index] | None = None
         self._dirty: set[str] = set()
         self._all = True
+        self._nodes_changed = False
         self._wake = asyncio.Event()
         self._checked: dict[str, tuple[str, CheckedPolicy]] = {}
+        self._events = TokenBucket.full(event_burst, monotonic())
+        self._pool: ThreadPoolExecutor | None = None
 
     def attach(self, nodes: Index, execution_points: Index, slot_policies: Index) -> None:
-        """Read from kopf's indexes (live mappings kopf keeps current)."""
+        """Read from these indexes (live mappings their watches keep current)."""
         self._indexes = (nodes, execution_points, slot_policies)
         self.touch_all()
 
     def touch(self, name: str) -> None:
-        """A node or ExecutionPoint of this name changed: reconcile it soon."""
+        """An ExecutionPoint of this name changed: reconcile it soon."""
         self._dirty.add(name)
         self._wake.set()
+
+    def touch_node(self, name: str) -> None:
+        """A node of this name came, went or changed labels: reconcile its ExecutionPoint
+        soon, and the SlotPolicies' counts."""
+        self._nodes_changed = True
+        self.touch(name)
 
     def touch_all(self) -> None:
         """A SlotPolicy changed (or time passed): reconcile everything soon."""
         self._all = True
         self._wake.set()
 
-    def snapshot(self) -> Snapshot:
+    def snapshot(self, only: Collection[str] | None = None) -> Snapshot:
         if self._indexes is None:
             return Snapshot({}, {}, {})
         nodes, eps, policies = self._indexes
-        return Snapshot(_single(nodes), _single(eps), _single(policies))
+        return Snapshot(_single(nodes, only), _single(eps, only), _single(policies))
 
     def check(self, policy: ObservedPolicy) -> CheckedPolicy:
         """check_policy, remembered per spec (a pass re-checks nothing that did not change)."""
@@ -275,8 +304,20 @@ class Reconciler:
             self._checked[policy.uid] = cached
         return cached[1]
 
-    def plan(self, world: Snapshot, only: Collection[str] | None, now: datetime) -> Plan:
-        """Everything a pass decides, from a snapshot: pure but for the check cache."""
+    def plan(
+        self,
+        world: Snapshot,
+        only: Collection[str] | None,
+        now: datetime,
+        *,
+        every_node: Mapping[str, NodeFacts] | None = None,
+    ) -> Plan:
+        """Everything a pass decides, from a snapshot: pure but for the check cache.
+
+        A full pass (`only` None) plans every ExecutionPoint and SlotPolicy status and
+        observes the fleet's gauges; a touched pass plans the touched names, and the
+        SlotPolicy statuses only when `every_node` (all the nodes, for their counts) is given.
+        """
         checked = {name: self.check(p) for name, p in world.policies.items()}
         live = {p.uid for p in world.policies.values()}
         self._checked = {uid: v for uid, v in self._checked.items() if uid in live}
@@ -296,9 +337,15 @@ class Reconciler:
             now=now,
             update_intervals={name: result.update_interval for name, result in checked.items()},
         )
-        counts = policy_counts(labels, candidates, resolutions)
-        policy_patches = plan_policy_statuses(world.policies, checked, counts, now=now)
-        self._observe(world, checked, now)
+        policy_patches: list[PatchPolicyStatus] = []
+        if only is None or every_node is not None:
+            if only is not None and every_node is not None:
+                labels = {name: node.labels for name, node in every_node.items()}
+                resolutions = resolve(labels, candidates)
+            counts = policy_counts(labels, candidates, resolutions)
+            policy_patches = plan_policy_statuses(world.policies, checked, counts, now=now)
+        if only is None:
+            self._observe(world, checked, now)
         return Plan(actions, policy_patches)
 
     def _observe(
@@ -317,64 +364,125 @@ class Reconciler:
             heartbeats, slots, {name: result.valid for name, result in checked.items()}
         )
 
+    def _executor(self) -> ThreadPoolExecutor:
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(self.concurrency, thread_name_prefix="kondor-write")
+        return self._pool
+
+    def close(self) -> None:
+        """Stop the writer threads (after the run task is cancelled)."""
+        if self._pool is not None:
+            self._pool.shutdown(wait=False, cancel_futures=True)
+            self._pool = None
+
     def apply(self, world: Snapshot, plan: Plan) -> list[str]:
-        """Make the writes (in a worker thread); the names whose writes failed."""
-        failed: list[str] = []
-        ep_ok = True
+        """Make the writes (from a worker thread): each ExecutionPoint's in order, up to
+        `concurrency` ExecutionPoints at a time; then the SlotPolicy statuses; then the
+        Events. The names whose writes failed."""
+        by_name: dict[str, list[Action]] = {}
         for action in plan.actions:
-            entry = world.execution_points.get(action.name)
+            by_name.setdefault(action.name, []).append(action)
+
+        def write(name: str, actions: list[Action]) -> tuple[list[_Written], bool]:
+            entry = world.execution_points.get(name)
             uid = entry.uid if entry is not None else None
-            try:
-                self._apply_one(action, uid)
-            except ApiException as error:
-                ep_ok = False
-                failed.append(action.name)
-                logger.error("ExecutionPoint %s: %s failed: %s", action.name, _verb(action), error)
+            written: list[_Written] = []
+            for action in actions:
+                try:
+                    written += self._apply_one(action, uid)
+                except ApiException as error:
+                    logger.error("ExecutionPoint %s: %s failed: %s", name, _verb(action), error)
+                    return written, False
+            return written, True
+
+        pool = self._executor()
+        outcomes = list(pool.map(lambda item: write(*item), by_name.items()))
+        failed = [name for name, (_, ok) in zip(by_name, outcomes, strict=True) if not ok]
+        written = [w for done, _ in outcomes for w in done]
+        ep_ok = not failed
         self.metrics.reconciles.labels("ExecutionPoint", "ok" if ep_ok else "error").inc()
         policy_ok = True
         for patch in plan.policy_patches:
             try:
                 if self.writer.patch_slot_policy_status(patch.name, patch.patch):
                     self.metrics.changes.labels("SlotPolicy", "status").inc()
-                    if patch.event is not None:
-                        self.writer.post_event(slot_policy_ref(patch.name, patch.uid), patch.event)
+                    if patch.event is not None:  # few: a policy turned invalid or valid
+                        self.metrics.events.labels("posted").inc()
+                        ref = slot_policy_ref(patch.name, patch.uid)
+                        self.writer.post_event(ref, patch.event)
             except ApiException as error:
                 policy_ok = False
                 logger.error("SlotPolicy %s: status patch failed: %s", patch.name, error)
         self.metrics.reconciles.labels("SlotPolicy", "ok" if policy_ok else "error").inc()
+        self._announce(world, written)
         return failed
 
-    def _apply_one(self, action: Action, uid: str | None) -> None:
+    def _announce(self, world: Snapshot, written: list[_Written]) -> None:
+        """Post the Events of a pass: one per change while the allowance lasts, the rest
+        summarised on the SlotPolicy they follow (else on the first ExecutionPoint)."""
+        if not written:
+            return
+        refs: dict[str, ObjectRef] = {}
+        for w in written:
+            refs.setdefault(w.subject, w.ref)
+        announcements = [Announcement(w.subject, w.event) for w in written]
+        posted, summaries, self._events = ration_events(
+            announcements,
+            self._events,
+            self.monotonic(),
+            burst=self.event_burst,
+            rate=self.event_rate,
+        )
+        posts = [(refs[a.subject], a.event) for a in posted]
+        for summary in summaries:
+            policy = world.policies.get(summary.policy or "")
+            ref = (
+                slot_policy_ref(policy.name, policy.uid)
+                if policy is not None
+                else refs[summary.subjects[0]]
+            )
+            posts.append((ref, summary.event))
+            self.metrics.events.labels("summarised").inc(summary.count)
+        self.metrics.events.labels("posted").inc(len(posted))
+        list(self._executor().map(lambda post: self.writer.post_event(*post), posts))
+
+    def _apply_one(self, action: Action, uid: str | None) -> list[_Written]:
+        """Make one write; the Event to post about it, if it was made."""
         kind = "ExecutionPoint"
+        name = action.name
         if isinstance(action, CreateExecutionPoint):
             created = self.writer.create_execution_point(action.manifest)
             if created is not None:
                 self.metrics.changes.labels(kind, "create").inc()
-                self.writer.post_event(execution_point_ref(action.name, created), action.event)
-                logger.info("created ExecutionPoint %s", action.name)
+                logger.info("created ExecutionPoint %s", name)
+                return [_Written(name, execution_point_ref(name, created), action.event)]
         elif isinstance(action, PatchExecutionPoint):
-            if self.writer.patch_execution_point(action.name, action.patch):
+            if self.writer.patch_execution_point(name, action.patch):
                 self.metrics.changes.labels(kind, "update").inc()
-                self.writer.post_event(execution_point_ref(action.name, uid), action.event)
-                logger.info("updated ExecutionPoint %s: %s", action.name, action.event.message)
+                logger.info("updated ExecutionPoint %s: %s", name, action.event.message)
+                return [_Written(name, execution_point_ref(name, uid), action.event)]
         elif isinstance(action, DeleteExecutionPoint):
-            if self.writer.delete_execution_point(action.name):
+            if self.writer.delete_execution_point(name):
                 self.metrics.changes.labels(kind, "delete").inc()
-                self.writer.post_event(execution_point_ref(action.name, uid), action.event)
-                logger.info("deleted ExecutionPoint %s: %s", action.name, action.event.message)
+                logger.info("deleted ExecutionPoint %s: %s", name, action.event.message)
+                return [_Written(name, execution_point_ref(name, uid), action.event)]
         elif isinstance(action, PatchOperatorStatus) and self.writer.patch_execution_point_status(
-            action.name, action.patch
+            name, action.patch
         ):
             self.metrics.changes.labels(kind, "status").inc()
             if action.event is not None:
-                self.writer.post_event(execution_point_ref(action.name, uid), action.event)
+                return [_Written(name, execution_point_ref(name, uid), action.event)]
+        return []
 
     async def run_once(self) -> None:
         """One pass over what was touched since the last one."""
         only = None if self._all else set(self._dirty)
-        self._all, self._dirty = False, set()
-        world = self.snapshot()
-        plan = self.plan(world, only, self.clock())
+        every_node = None
+        if only is not None and self._nodes_changed and self._indexes is not None:
+            every_node = _single(self._indexes[0])
+        self._all, self._dirty, self._nodes_changed = False, set(), False
+        world = self.snapshot(only)
+        plan = self.plan(world, only, self.clock(), every_node=every_node)
         if not plan.actions and not plan.policy_patches:
             return
         failed = await asyncio.to_thread(self.apply, world, plan)

@@ -7,6 +7,15 @@ diff from what is to what should be. No I/O and no clock: time is an argument. W
 reads and writes are the `kondor_core.api` models; conditions and times come from there.
 """
 
+from kondor_core.fleet.nodes import NodeTable, node_facts
+from kondor_core.fleet.pacing import (
+    EVENT_BURST,
+    EVENT_RATE,
+    Announcement,
+    EventSummary,
+    TokenBucket,
+    ration_events,
+)
 from kondor_core.fleet.plan import (
     MANAGED_BY,
     MANAGED_BY_LABEL,
@@ -46,15 +55,20 @@ from kondor_core.fleet.status import (
 
 __all__ = [
     "DEFAULT_UPDATE_INTERVAL",
+    "EVENT_BURST",
+    "EVENT_RATE",
     "MANAGED_BY",
     "MANAGED_BY_LABEL",
     "STALE_AFTER_INTERVALS",
     "Action",
+    "Announcement",
     "CheckedPolicy",
     "CreateExecutionPoint",
     "DeleteExecutionPoint",
     "Event",
+    "EventSummary",
     "NodeFacts",
+    "NodeTable",
     "ObservedExecutionPoint",
     "ObservedPolicy",
     "PatchExecutionPoint",
@@ -63,16 +77,19 @@ __all__ = [
     "PolicyCandidate",
     "PolicyCounts",
     "Resolution",
+    "TokenBucket",
     "admission_message",
     "check_policy",
     "execution_point_manifest",
     "heartbeat_state",
     "heartbeat_word",
+    "node_facts",
     "operator_status",
     "owner_reference",
     "plan_execution_points",
     "plan_policy_statuses",
     "policy_counts",
+    "ration_events",
     "requirement_holds",
     "resolve",
     "resolved_policy",

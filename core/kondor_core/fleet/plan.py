@@ -81,6 +81,9 @@ class Event:
     type: str  # Normal or Warning
     reason: str
     message: str
+    #: The SlotPolicy the change follows, if any: where a summary of many such Events is
+    #: posted (`kondor_core.fleet.pacing.ration_events`).
+    policy: str | None = None
 
 
 @dataclass(frozen=True)
@@ -168,7 +171,8 @@ def _plan_one(
         manifest = execution_point_manifest(node, resolution)
         text = f"ExecutionPoint for node {name} with SlotPolicy "
         text += _policy_text(resolved_policy(resolution))
-        return [CreateExecutionPoint(name, manifest, Event("Normal", "Created", text))]
+        event = Event("Normal", "Created", text, policy=resolution.policy.name)
+        return [CreateExecutionPoint(name, manifest, event)]
     if ep.deleting:
         return []
     frozen = ep.policy is not None and ep.policy.name in held
@@ -196,11 +200,12 @@ def _plan_one(
         patch["spec"] = spec
     if patch:
         if not ep.managed:
-            event = Event("Normal", "Adopted", f"{name} now follows {_policy_text(desired)}")
+            text = f"{name} now follows {_policy_text(desired)}"
+            event = Event("Normal", "Adopted", text, policy=desired.name)
         elif "policy" in spec:
             before = _policy_text(ep.policy) if ep.policy else "none"
             text = f"SlotPolicy {before} -> {_policy_text(desired)}"
-            event = Event("Normal", "PolicyChanged", text)
+            event = Event("Normal", "PolicyChanged", text, policy=desired.name)
         else:
             event = Event("Normal", "Updated", f"{name}: owner or node name corrected")
         actions.append(PatchExecutionPoint(name, patch, event))

@@ -12,6 +12,7 @@ from kondor_core.classads import ExpressionError
 from kondor_core.config import PolicyError, compile_policy, policy_hash
 from kondor_core.cron import DEFAULT_HOOKS_DIR, HookPathError, hook_path
 from kondor_core.fleet.selector import selector_problems
+from kondor_core.inputs import InputError, check_document
 from kondor_core.policy import EngineError, StartdPolicy
 
 #: HTCondor's UPDATE_INTERVAL default ("condor_startd Configuration File Macros").
@@ -42,6 +43,11 @@ def check_policy(spec: Mapping[str, Any], *, hooks_dir: str = DEFAULT_HOOKS_DIR)
     A startd cron executable outside `hooks_dir` (the agents' `--hooks-dir`) is refused:
     agents run hooks from that directory only.
     """
+    try:
+        # The webhook's bound on the object as the API server parsed it (its nesting and size).
+        check_document(spec, source="spec")
+    except InputError as error:
+        return CheckedPolicy(problems=(str(error),))
     try:
         model = validate(SlotPolicySpec, dict(spec), what="SlotPolicy spec", prefix="spec")
     except InvalidObjectError as error:

@@ -11,7 +11,6 @@ from kondor_core.fleet import Event, check_policy
 from kondor_operator.kube import ObjectRef
 from kondor_operator.metrics import Metrics
 from kondor_operator.reconciler import (
-    NodeChanges,
     Reconciler,
     execution_point_entry,
     node_entry,
@@ -172,15 +171,3 @@ def test_a_policy_is_checked_once_per_spec() -> None:
     world = subject.snapshot()
     first = subject.check(world.policies["p"])
     assert subject.check(world.policies["p"]) is first
-
-
-def test_only_node_events_that_change_labels_or_identity_matter() -> None:
-    changes = NodeChanges()
-    node = {"metadata": {"name": "n", "uid": "u1", "labels": {"pool": "a"}}}
-    heartbeat = {**node, "status": {"conditions": [{"type": "Ready"}]}}
-    relabelled = {"metadata": {"name": "n", "uid": "u1", "labels": {"pool": "b"}}}
-    assert changes.matter("n", node, "ADDED")
-    assert not changes.matter("n", heartbeat, "MODIFIED")  # a status heartbeat
-    assert changes.matter("n", relabelled, "MODIFIED")
-    assert changes.matter("n", relabelled, "DELETED")
-    assert changes.matter("n", relabelled, "ADDED")  # the same name again is a new node
