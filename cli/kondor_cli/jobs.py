@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import json
 import math
 import os
@@ -41,10 +42,12 @@ from kondor_cli import render
 from kondor_cli.files import UserError
 from kondor_core.api import (
     EXECUTION_JOBS,
+    EXECUTION_POINTS,
     GROUP,
     MERGE_PATCH,
     VERSION,
     ExecutionJob,
+    ExecutionPoint,
     InvalidObjectError,
     kube_config_source,
     parse_time,
@@ -52,6 +55,9 @@ from kondor_core.api import (
 )
 from kondor_core.classads import ExpressionError, parse_expr
 from kondor_core.jobs import JOB_STATUS, job_ad
+from kondor_core.negotiation.analyze import analyze, job_state
+from kondor_core.negotiation.analyze import render as render_analysis
+from kondor_core.negotiation.negotiator import slot_offer
 
 #: condor_q's one-letter JobStatus (condor_utils' encode_status), by JobStatus number.
 STATUS_LETTER = {1: "I", 2: "R", 3: "X", 4: "C", 5: "H", 7: "S"}
@@ -437,6 +443,7 @@ class JobsApi(Protocol):
     def list_jobs(self, namespace: str | None) -> list[dict[str, Any]]: ...
     def patch_job(self, namespace: str, name: str, patch: Mapping[str, Any]) -> None: ...
     def whoami(self) -> str: ...
+    def list_execution_points(self) -> list[dict[str, Any]]: ...
 
 
 Connect = Callable[[argparse.Namespace], JobsApi]
@@ -498,6 +505,16 @@ class KubeJobs:
                 _content_type=MERGE_PATCH,
             ),
         )  # fmt: skip
+
+    def list_execution_points(self) -> list[dict[str, Any]]:
+        from kubernetes import client  # noqa: PLC0415
+
+        objects = client.CustomObjectsApi(self.api_client)
+        listing = self._call(
+            "list executionpoints",
+            lambda: objects.list_cluster_custom_object(GROUP, VERSION, EXECUTION_POINTS),
+        )
+        return [dict(item) for item in cast("Mapping[str, Any]", listing).get("items") or []]
 
     def whoami(self) -> str:
         """The user the API server authenticates us as (a SelfSubjectReview, as `kubectl auth
@@ -581,12 +598,63 @@ def run_q(
         print(f"kondor q: {err}", file=sys.stderr)
         return 1
     chosen = select(jobs, user=user, refs=refs, constraint=args.constraint)
+    if args.better_analyze:
+        return _better_analyze(api, chosen, clock())
     if args.long:
         print(long_form(chosen), end="")
     elif args.autoformat:
         print(autoformat(chosen, args.autoformat), end="")
     else:
         print(default_table(chosen, clock(), tz) + "\n" + totals(chosen, jobs, user), end="")
+    return 0
+
+
+def slot_offers(items: Iterable[Mapping[str, Any]], now: float) -> tuple[list[Any], list[str]]:
+    """The slot ads of the ExecutionPoints as the negotiator evaluates them at `now`, and a
+    problem line for each one that cannot be read."""
+    offers: list[Any] = []
+    problems: list[str] = []
+    for item in sorted(items, key=lambda i: str((i.get("metadata") or {}).get("name"))):
+        name = (item.get("metadata") or {}).get("name", "?")
+        try:
+            ep = validate(ExecutionPoint, item, what=f"executionpoint {name}")
+        except InvalidObjectError as err:
+            problems.append(str(err))
+            continue
+        for slot in ep.status.slots if ep.status is not None else []:
+            try:
+                offers.append(slot_offer(slot.ad, set(slot.expressions), now))
+            except ExpressionError as err:
+                problems.append(f"{name}/{slot.name}: {err}")
+    return offers, problems
+
+
+def better_analyze(job: ExecutionJob, offers: Sequence[Any]) -> str:
+    """condor_q -better-analyze's report for one job against the slot ads `offers`."""
+    ad = queue_ad(job)
+    status = job.status
+    key = f"{job.metadata.namespace or ''}/{job.metadata.name}"
+    result = analyze(key, ad, offers)
+    state = job_state(
+        job_status(job),
+        claimed=status is not None and status.claim_id is not None,
+        last_reason=status.last_rej_match_reason if status is not None else None,
+        available=result.available,
+    )
+    return render_analysis(dataclasses.replace(result, status=state), job_label(job))
+
+
+def _better_analyze(api: JobsApi, chosen: Sequence[ExecutionJob], now: float) -> int:
+    if len(chosen) != 1:
+        raise UserError(f"-better-analyze takes one job; {len(chosen)} selected")
+    try:
+        offers, problems = slot_offers(api.list_execution_points(), now)
+    except ApiError as err:
+        print(f"kondor q: {err}", file=sys.stderr)
+        return 1
+    for problem in problems:
+        print(f"kondor q: warning: {problem}", file=sys.stderr)
+    print(better_analyze(chosen[0], offers), end="")
     return 0
 
 
@@ -684,6 +752,14 @@ def add_parsers(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -
         nargs="+",
         metavar="ATTR",
         help="print these attributes (or expressions) of each job ad",
+    )
+    output.add_argument(
+        "-better-analyze",
+        "-analyze",
+        "--better-analyze",
+        dest="better_analyze",
+        action="store_true",
+        help="why the job (one) runs or not: its Requirements clause by clause against the slots",
     )
     q.add_argument(
         "-constraint",

@@ -264,5 +264,9 @@ def test_jobprio_first_an_unmatchable_job_never_blocks_and_nice_jobs_run_last(
         "the impossible job rejected for its Requirements",
     )
     assert impossible["jobStatus"] == "Idle" and impossible.get("numJobMatches", 0) == 0
+    analysis = fair.kubectl.kubectl("kondor", "q", "-better-analyze", "impossible", user="alice")
+    assert f"[0]          0         {SLOTS}  TotalCpus > 64" in analysis
+    assert f"{SLOTS} are rejected by your job's requirements" in analysis
+    assert "0 are able to run your job" in analysis
     report = fair.kubectl.kubectl("kondor", "userprio", "-all")
     assert "nice-user.bob" in report

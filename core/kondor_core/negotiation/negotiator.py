@@ -247,3 +247,14 @@ def _plain(value: Any) -> float:
 
 def _whole(value: float) -> int | float:
     return int(value) if float(value).is_integer() else value
+
+
+def shortfall(ad: Any, job: Any) -> str | None:
+    """What the slot `ad` has too little of for `job` (the negotiator's resource check), or
+    None when it has enough."""
+    return _shortfall(ad, job)
+
+
+def evaluate_slot(ad: Any, attribute: str, job: Any) -> Any:
+    """A slot expression (START, RANK) evaluated for `job`, as the negotiator does."""
+    return _evaluate(ad, attribute, job)
