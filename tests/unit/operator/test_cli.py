@@ -22,6 +22,7 @@ def test_defaults_are_local_development(monkeypatch: pytest.MonkeyPatch) -> None
     assert options.webhook is not None and options.webhook.addr == "127.0.0.1"
     assert options.webhook_configuration == "kondor-operator.kondor.io"
     assert options.metrics_port == 8080
+    assert (options.kube_qps, options.kube_burst, options.write_concurrency) == (200, 400, 16)
 
 
 def test_environment_and_flags(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -34,6 +35,9 @@ def test_environment_and_flags(monkeypatch: pytest.MonkeyPatch) -> None:
     assert options.webhook.service == ServiceRef("kondor-system", "kondor", 443)
     assert not options.leader_election
     assert parse_options(["--no-webhook"]).webhook is None
+    monkeypatch.setenv("KONDOR_KUBE_QPS", "50")
+    paced = parse_options(["--kube-burst=100", "--write-concurrency=4"])
+    assert (paced.kube_qps, paced.kube_burst, paced.write_concurrency) == (50, 100, 4)
 
 
 @pytest.mark.parametrize(
@@ -42,6 +46,7 @@ def test_environment_and_flags(monkeypatch: pytest.MonkeyPatch) -> None:
         (["--webhook-cert=/c"], "--webhook-cert and --webhook-key go together"),
         (["--webhook-service=kondor"], "is not NAMESPACE/NAME"),
         (["--leader-election-lease-duration=5"], "must be longer than"),
+        (["--write-concurrency=0"], "--write-concurrency at least 1"),
     ],
 )
 def test_bad_flags_are_refused(

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import threading
+import time
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
@@ -171,3 +173,98 @@ def test_a_policy_is_checked_once_per_spec() -> None:
     world = subject.snapshot()
     first = subject.check(world.policies["p"])
     assert subject.check(world.policies["p"]) is first
+
+
+class SlowWriter(Writer):
+    """Takes its time over each ExecutionPoint write and counts how many run at once."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lock = threading.Lock()
+        self.running = 0
+        self.peak = 0
+
+    def _slow(self) -> None:
+        with self.lock:
+            self.running += 1
+            self.peak = max(self.peak, self.running)
+        time.sleep(0.01)
+        with self.lock:
+            self.running -= 1
+
+    def create_execution_point(self, manifest: Mapping[str, Any]) -> str | None:
+        self._slow()
+        return super().create_execution_point(manifest)
+
+    def patch_execution_point(self, name: str, patch: Mapping[str, Any]) -> bool:
+        self._slow()
+        return super().patch_execution_point(name, patch)
+
+
+def fleet(count: int) -> list[dict[str, Any]]:
+    return [node(f"n{i:03d}", pool="batch") for i in range(count)]
+
+
+BATCH: dict[str, Any] = {"nodeSelector": {"matchLabels": {"pool": "batch"}}}
+
+
+def test_writes_go_out_on_a_bounded_pool_and_a_bulk_change_is_summarised() -> None:
+    writer, metrics = SlowWriter(), Metrics()
+    subject = Reconciler(writer, metrics, clock=lambda: NOW, concurrency=8, monotonic=lambda: 0.0)
+    subject.attach(
+        index({n["metadata"]["name"]: node_entry(n) for n in fleet(100)}),
+        index({}),
+        index({"batch": slot_policy_entry(policy("batch", **BATCH))}),
+    )
+    asyncio.run(subject.run_once())
+    subject.close()
+    creates = [name for verb, name, _ in writer.calls if verb == "create"]
+    assert sorted(creates) == [f"n{i:03d}" for i in range(100)]
+    assert 1 < writer.peak <= 8
+    # 25 Created Events one by one, the other 75 in one Event on the SlotPolicy.
+    on_eps = [ref.name for ref, event in writer.events if ref.kind == "ExecutionPoint"]
+    [(ref, summary)] = [(r, e) for r, e in writer.events if r.kind == "SlotPolicy"]
+    assert len(on_eps) == 25
+    assert (ref.name, ref.uid, summary.reason) == ("batch", "uid-batch", "Created")
+    assert summary.message.startswith("75 ExecutionPoints (")
+    sample = metrics.registry.get_sample_value
+    assert sample("kondor_operator_events_total", {"delivery": "posted"}) == 25
+    assert sample("kondor_operator_events_total", {"delivery": "summarised"}) == 75
+
+
+def test_one_execution_points_writes_stay_in_order() -> None:
+    ep = {
+        "metadata": {"name": "n000", "uid": "ep-1", "ownerReferences": []},
+        "spec": {"nodeName": "n000"},
+    }
+    writer = SlowWriter()
+    subject = Reconciler(writer, Metrics(), clock=lambda: NOW, concurrency=4)
+    subject.attach(
+        index({"n000": node_entry(node("n000", pool="batch"))}),
+        index({"n000": execution_point_entry(ep)}),
+        index({"batch": slot_policy_entry(policy("batch", **BATCH))}),
+    )
+    asyncio.run(subject.run_once())
+    subject.close()
+    verbs = [verb for verb, name, _ in writer.calls if name == "n000"]
+    assert verbs == ["patch", "status"], "adopted first, then its status.operator"
+
+
+def test_an_execution_point_event_plans_that_one_only_and_leaves_policy_status_alone() -> None:
+    nodes = fleet(3)
+    subject, writer, _ = reconciler(nodes, [policy("batch", **BATCH)], [])
+    asyncio.run(subject.run_once())
+    writer.calls.clear()
+    subject.touch("n001")  # an agent's heartbeat
+    world = subject.snapshot({"n001"})
+    assert set(world.nodes) == {"n001"} and set(world.policies) == {"batch"}
+    plan = subject.plan(world, {"n001"}, NOW)
+    assert [a.name for a in plan.actions] == ["n001"] and plan.policy_patches == []
+    # A node that changes its labels changes the policy's counts: its status is planned.
+    subject._indexes[0]["n001"] = [node_entry(node("n001", pool="other"))]  # type: ignore[index]
+    subject.touch_node("n001")
+    asyncio.run(subject.run_once())
+    verbs = [(verb, name) for verb, name, _ in writer.calls]
+    assert ("policy-status", "batch") in verbs
+    status = next(patch for verb, _, patch in writer.calls if verb == "policy-status")
+    assert status["status"]["selectedNodes"] == 2
