@@ -96,14 +96,26 @@ class Metrics:
         policies_valid: Mapping[str, bool],
     ) -> None:
         """Replace the gauges with the fleet as it is now."""
+        self.set_fleet(Tally(heartbeats), Tally(slots), policies_valid)
+
+    def set_fleet(
+        self,
+        heartbeats: Mapping[str, int],
+        slots: Mapping[tuple[str, str], int],
+        policies_valid: Mapping[str, bool],
+    ) -> None:
+        """Replace the gauges with these counts (ExecutionPoints by heartbeat, slots by
+        state and activity)."""
         self.execution_points.clear()
         for state in ("Fresh", "Stale", "Unknown"):
             self.execution_points.labels(state).set(0)
-        for state, count in Tally(heartbeats).items():
-            self.execution_points.labels(state).set(count)
+        for state, count in heartbeats.items():
+            if count:
+                self.execution_points.labels(state).set(count)
         self.slots.clear()
-        for (state, activity), count in Tally(slots).items():
-            self.slots.labels(state, activity).set(count)
+        for (state, activity), count in slots.items():
+            if count:
+                self.slots.labels(state, activity).set(count)
         valid = sum(policies_valid.values())
         self.slot_policies.labels("true").set(valid)
         self.slot_policies.labels("false").set(len(policies_valid) - valid)

@@ -23,6 +23,7 @@ import asyncio
 import json
 import logging
 import time
+from collections import Counter
 from collections.abc import Callable, Collection, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -267,6 +268,11 @@ class Reconciler:
         self._checked: dict[str, tuple[str, CheckedPolicy]] = {}
         self._events = TokenBucket.full(event_burst, monotonic())
         self._pool: ThreadPoolExecutor | None = None
+        #: The fleet gauges, kept by difference: each ExecutionPoint's heartbeat word and
+        #: slot states as last counted, and the totals.
+        self._counted: dict[str, tuple[str, tuple[tuple[str, str], ...]]] = {}
+        self._heartbeats: Counter[str] = Counter()
+        self._slots: Counter[tuple[str, str]] = Counter()
 
     def attach(self, nodes: Index, execution_points: Index, slot_policies: Index) -> None:
         """Read from these indexes (live mappings their watches keep current)."""
@@ -314,9 +320,10 @@ class Reconciler:
     ) -> Plan:
         """Everything a pass decides, from a snapshot: pure but for the check cache.
 
-        A full pass (`only` None) plans every ExecutionPoint and SlotPolicy status and
-        observes the fleet's gauges; a touched pass plans the touched names, and the
-        SlotPolicy statuses only when `every_node` (all the nodes, for their counts) is given.
+        A full pass (`only` None) plans every ExecutionPoint and SlotPolicy status; a
+        touched pass plans the touched names, and the SlotPolicy statuses only when
+        `every_node` (all the nodes, for their counts) is given. Either updates the fleet's
+        gauges for what it saw.
         """
         checked = {name: self.check(p) for name, p in world.policies.items()}
         live = {p.uid for p in world.policies.values()}
@@ -344,25 +351,45 @@ class Reconciler:
                 resolutions = resolve(labels, candidates)
             counts = policy_counts(labels, candidates, resolutions)
             policy_patches = plan_policy_statuses(world.policies, checked, counts, now=now)
-        if only is None:
-            self._observe(world, checked, now)
+        self._observe(world, only, checked, now)
         return Plan(actions, policy_patches)
 
     def _observe(
-        self, world: Snapshot, checked: Mapping[str, CheckedPolicy], now: datetime
+        self,
+        world: Snapshot,
+        only: Collection[str] | None,
+        checked: Mapping[str, CheckedPolicy],
+        now: datetime,
     ) -> None:
+        """Update the fleet gauges by what changed among the ExecutionPoints seen."""
         intervals = {name: result.update_interval for name, result in checked.items()}
-        heartbeats = []
-        slots: list[tuple[str, str]] = []
-        for entry in world.execution_points.values():
+        seen = set(self._counted) if only is None else set(only)
+        for name in seen - set(world.execution_points):
+            self._count(name, None)
+        for name, entry in world.execution_points.items():
             policy = entry.observed.policy
             interval = intervals.get(policy.name if policy else "", DEFAULT_UPDATE_INTERVAL)
             fresh = heartbeat_state(entry.observed.last_heartbeat, now, interval)[0]
-            heartbeats.append(heartbeat_word(fresh))
-            slots.extend(entry.slots)
-        self.metrics.observe_fleet(
-            heartbeats, slots, {name: result.valid for name, result in checked.items()}
+            self._count(name, (heartbeat_word(fresh), entry.slots))
+        self.metrics.set_fleet(
+            self._heartbeats,
+            self._slots,
+            {name: result.valid for name, result in checked.items()},
         )
+
+    def _count(self, name: str, counted: tuple[str, tuple[tuple[str, str], ...]] | None) -> None:
+        before = self._counted.get(name)
+        if before == counted:
+            return
+        if before is not None:
+            self._heartbeats[before[0]] -= 1
+            self._slots.subtract(before[1])
+        if counted is None:
+            del self._counted[name]
+            return
+        self._counted[name] = counted
+        self._heartbeats[counted[0]] += 1
+        self._slots.update(counted[1])
 
     def _executor(self) -> ThreadPoolExecutor:
         if self._pool is None:

@@ -268,3 +268,30 @@ def test_an_execution_point_event_plans_that_one_only_and_leaves_policy_status_a
     assert ("policy-status", "batch") in verbs
     status = next(patch for verb, _, patch in writer.calls if verb == "policy-status")
     assert status["status"]["selectedNodes"] == 2
+
+
+def test_the_fleet_gauges_follow_touched_passes_by_difference() -> None:
+    def ep(name: str, *states: str) -> dict[str, Any]:
+        slots = [
+            {"name": f"slot{i}@{name}", "type": "Static", "state": s, "activity": "Idle"}
+            for i, s in enumerate(states)
+        ]
+        return {
+            "metadata": {"name": name, "uid": f"ep-{name}"},
+            "spec": {"nodeName": name},
+            "status": {"lastHeartbeat": "2026-01-02T03:04:00Z", "slots": slots},
+        }
+
+    subject, _, metrics = reconciler([], [], [ep("a", "Owner"), ep("b", "Owner", "Owner")])
+    asyncio.run(subject.run_once())
+    sample = metrics.registry.get_sample_value
+    assert sample("kondor_operator_slots", {"state": "Owner", "activity": "Idle"}) == 3
+    eps = subject._indexes[1]  # type: ignore[index]
+    eps["b"] = [execution_point_entry(ep("b", "Unclaimed", "Owner"))]  # type: ignore[index]
+    del eps["a"]  # type: ignore[union-attr]
+    subject.touch("a")
+    subject.touch("b")
+    asyncio.run(subject.run_once())
+    assert sample("kondor_operator_slots", {"state": "Owner", "activity": "Idle"}) == 1
+    assert sample("kondor_operator_slots", {"state": "Unclaimed", "activity": "Idle"}) == 1
+    assert sample("kondor_operator_execution_points", {"heartbeat": "Fresh"}) == 1
