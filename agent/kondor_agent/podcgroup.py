@@ -2,11 +2,11 @@
 
 The kubelet names a pod's cgroup after its QoS class and UID (pkg/kubelet/cm in Kubernetes):
 
-| driver   | Guaranteed                              | Burstable / BestEffort                       |
-|----------|-----------------------------------------|----------------------------------------------|
-| cgroupfs | `kubepods/pod<uid>`                     | `kubepods/burstable/pod<uid>`                |
-| systemd  | `kubepods.slice/kubepods-pod<u>.slice`  | `kubepods.slice/kubepods-burstable.slice/`   |
-|          |                                         | `kubepods-burstable-pod<u>.slice`            |
+* cgroupfs driver: `kubepods/pod<uid>` (Guaranteed), `kubepods/burstable/pod<uid>`,
+  `kubepods/besteffort/pod<uid>`;
+* systemd driver: `kubepods.slice/kubepods-pod<u>.slice` (Guaranteed),
+  `kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod<u>.slice`, and the same
+  with `besteffort`,
 
 where `<u>` is the UID with `-` replaced by `_` (systemd unit names). Under cgroup v2 the path is
 below the one tree (`/sys/fs/cgroup/<path>`); under v1 below each controller's hierarchy
@@ -17,6 +17,7 @@ candidate is looked for, so the same agent works on any node.
 from __future__ import annotations
 
 import contextlib
+import os
 import time
 from pathlib import Path, PurePosixPath
 
@@ -92,3 +93,22 @@ def freeze(directory: Path, timeout: float = 5.0) -> bool:
         if (directory / "freezer.state").exists():
             set_frozen(directory, True)  # v1: a write retries tasks that were not yet stopped
     return True
+
+
+def pod_processes(uid: str, qos: str, root: Path = CGROUP_ROOT) -> list[int]:
+    """The pids in the pod's cgroups (every container's, the sandbox's pause included)."""
+    pids: set[int] = set()
+    for directory in find_pod_cgroups(uid, qos, root):
+        for path, _dirs, files in os.walk(directory):
+            if "cgroup.procs" in files:
+                with contextlib.suppress(OSError, ValueError):
+                    pids.update(int(p) for p in Path(path, "cgroup.procs").read_text().split())
+    return sorted(pids)
+
+
+def is_pause(pid: int) -> bool:
+    """Whether `pid` is the pod sandbox's pause process (signalling it would end the pod)."""
+    try:
+        return Path(f"/proc/{pid}/comm").read_text().strip() == "pause"
+    except OSError:
+        return False

@@ -4,24 +4,44 @@ The Pod and the ConfigMap holding its ads come from `kondor_core.jobs.pod`; the 
 pods are followed through one watch (pods labelled with the node), so looking for their end
 between polling ticks costs the API server nothing. On the dev cluster's kwok nodes, kwok
 runs the pod to its annotated exit code (a simulation of the kubelet: devcluster/README.md).
+
+On a real node the agent acts on the pod's cgroup (found from its UID and QoS class,
+`kondor_agent.podcgroup`): suspend freezes it in place and continue thaws it; soft kill sends
+the job's KillSig to the containers' processes (not the sandbox's pause); hard kill deletes
+the pod at once and kills what is left in its cgroup. A frozen pod is thawed before any
+deletion (the kubelet cannot stop a frozen container). A container the kernel OOM-killed holds
+the job with HoldReasonCode 34, as HTCondor does. Where the pod has no cgroup on this host (a
+simulated node) suspend leaves it running and soft kill deletes it with its grace period.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import os
+import signal as signals
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from kondor_agent import podcgroup
+from kondor_agent.execute.jobdir import OUT_OF_MEMORY
 from kondor_agent.jobs import Outcome
 from kondor_agent.kube import KubernetesAPI, informer
 from kondor_core.api import EXECUTION_POINT_LABEL, ExecutionJob
 from kondor_core.api.meta import parse_time
-from kondor_core.jobs.pod import ads_config_map, job_pod
+from kondor_core.jobs.pod import (
+    DEDICATED,
+    HARVEST_PRIORITY_CLASS,
+    ads_config_map,
+    job_pod,
+    pod_mode,
+)
 from kondor_core.slots import SlotAd
 
 log = logging.getLogger("kondor_agent.pods")
@@ -31,15 +51,23 @@ log = logging.getLogger("kondor_agent.pods")
 class PodHandle:
     namespace: str
     name: str
+    #: The slot's name and memory (MiB), for an OOM hold's reason.
+    slot: str = ""
+    memory_mib: int = 0
 
 
 class PodLauncher:
     """Creates, follows and deletes the job pods of one node."""
 
-    def __init__(self, api: KubernetesAPI, node: str) -> None:
+    def __init__(
+        self, api: KubernetesAPI, node: str, cgroup_root: Path = podcgroup.CGROUP_ROOT
+    ) -> None:
         self.core = client.CoreV1Api(api.api_client)
         self.api = api
         self.node = node
+        self.cgroup_root = cgroup_root
+        self.mode = DEDICATED
+        self.priority_class = HARVEST_PRIORITY_CLASS
         self._pods: dict[tuple[str, str], Mapping[str, Any]] = {}
         self._lock = threading.Lock()
         self._stop = threading.Event()
@@ -51,12 +79,23 @@ class PodLauncher:
     def stop(self) -> None:
         self._stop.set()
 
+    def configure(self, macros: Mapping[str, str]) -> None:
+        """The node's pod mode (KONDOR_POD_MODE) and harvest PriorityClass."""
+        self.mode, self.priority_class = pod_mode(macros)
+
     def launch(self, job: ExecutionJob, job_id: str, slot: SlotAd, job_ad_text: str) -> PodHandle:
         claim_id = job.status.claim_id if job.status and job.status.claim_id else job_id
         namespace = job.metadata.namespace or "default"
         machine_ad = slot.to_classad().printOld()  # the slot's ad is the job's machine ad
         config_map = ads_config_map(job, claim_id, self.node, job_ad_text, machine_ad)
-        pod = job_pod(job, claim_id, self.node, slot.attributes)
+        pod = job_pod(
+            job,
+            claim_id,
+            self.node,
+            slot.attributes,
+            mode=self.mode,
+            priority_class=self.priority_class,
+        )
         creates: tuple[tuple[Any, dict[str, Any]], ...] = (
             (self.core.create_namespaced_config_map, config_map),
             (self.core.create_namespaced_pod, pod),
@@ -68,7 +107,13 @@ class PodLauncher:
                 if error.status != 409:  # already there: a restarted agent re-launching
                     raise
         log.info("created pod %s/%s for %s", namespace, pod["metadata"]["name"], job_id)
-        return PodHandle(namespace, pod["metadata"]["name"])
+        memory = slot.attributes.get("Memory", 0)
+        return PodHandle(
+            namespace,
+            pod["metadata"]["name"],
+            slot.name,
+            int(memory) if isinstance(memory, int | float) else 0,
+        )
 
     def ended(self, handle: PodHandle) -> bool:
         with self._lock:
@@ -84,36 +129,93 @@ class PodLauncher:
         with self._lock:
             pod = self._pods[(handle.namespace, handle.name)]
         status = pod.get("status") or {}
-        code, started, finished = 0, None, None
+        code, started, finished, oom = 0, None, None, False
         for container in status.get("containerStatuses") or []:
             done = (container.get("state") or {}).get("terminated") or {}
             code = code or int(done.get("exitCode") or 0)
             started = started or _epoch(done.get("startedAt"))
             finished = _epoch(done.get("finishedAt")) or finished
+            oom = oom or done.get("reason") == "OOMKilled"
+        if oom:
+            over = f" of {handle.memory_mib} megabytes" if handle.memory_mib else ""
+            return Outcome(
+                hold_reason=f"Error from {handle.slot or self.node}: Job has gone over cgroup "
+                f"memory limit{over}. Consider resubmitting with a higher request_memory.",
+                hold_reason_code=OUT_OF_MEMORY,
+                start_time=started,
+                end_time=finished,
+            )
         return Outcome(exit_code=code, start_time=started, end_time=finished)
 
     def directory(self, handle: PodHandle) -> str:
         return f"pod/{handle.namespace}/{handle.name}"
 
     def soft_kill(self, handle: PodHandle, signal: str) -> None:
-        self._delete(handle, None)  # the kubelet sends the container's stop signal
+        """The job's KillSig to the containers' processes; the pod stays until hard kill."""
+        cgroup = self._identity(handle)
+        if cgroup is None:
+            self._delete(handle, None)  # no cgroup here: the kubelet sends the stop signal
+            return
+        number = _signal_number(signal)
+        self._thaw(handle)  # a frozen process acts on no signal
+        for pid in podcgroup.pod_processes(*cgroup, self.cgroup_root):
+            if not podcgroup.is_pause(pid):
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(pid, number)
 
     def hard_kill(self, handle: PodHandle) -> None:
+        """Delete the pod at once and kill whatever is left in its cgroup."""
+        cgroup = self._identity(handle)
         self._delete(handle, 0)
+        if cgroup is not None:
+            for pid in podcgroup.pod_processes(*cgroup, self.cgroup_root):
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(pid, signals.SIGKILL)
 
     def suspend(self, handle: PodHandle) -> None:
-        # Freezing a pod's cgroup needs the real node (the execution issue).
-        log.warning("suspending pod %s/%s is not carried out yet", handle.namespace, handle.name)
+        directory = self._freezer(handle)
+        if directory is None:
+            log.warning(
+                "pod %s/%s has no cgroup on this host (a simulated node): not frozen",
+                handle.namespace,
+                handle.name,
+            )
+            return
+        if not podcgroup.freeze(directory):
+            log.warning("pod %s/%s: not every task froze within 5 s", handle.namespace, handle.name)
 
     def resume(self, handle: PodHandle) -> None:
-        log.warning("resuming pod %s/%s is not carried out yet", handle.namespace, handle.name)
+        self._thaw(handle)
 
     def is_suspended(self, handle: PodHandle) -> bool:
-        return True  # not frozen by Kondor yet (see suspend): nothing to re-check
+        directory = self._freezer(handle)
+        return directory is None or podcgroup.is_frozen(directory)
 
     def remove(self, handle: PodHandle) -> None:
         """The pod goes with its ExecutionJob (owner reference); a finished one now."""
         self._delete(handle, 0)
+
+    def _identity(self, handle: PodHandle) -> tuple[str, str] | None:
+        """The pod's UID and QoS class when its cgroup is on this host."""
+        with self._lock:
+            pod = self._pods.get((handle.namespace, handle.name)) or {}
+        uid = (pod.get("metadata") or {}).get("uid")
+        qos = (pod.get("status") or {}).get("qosClass")
+        if not uid or qos not in podcgroup.QOS_CLASSES:
+            return None
+        if not podcgroup.find_pod_cgroups(uid, qos, self.cgroup_root):
+            return None
+        return str(uid), str(qos)
+
+    def _freezer(self, handle: PodHandle) -> Path | None:
+        cgroup = self._identity(handle)
+        return None if cgroup is None else podcgroup.freezer(*cgroup, self.cgroup_root)
+
+    def _thaw(self, handle: PodHandle) -> None:
+        directory = self._freezer(handle)
+        if directory is not None:
+            with contextlib.suppress(OSError):
+                podcgroup.set_frozen(directory, False)
 
     def clear(self) -> int:
         """Delete the job pods of this node that are still running."""
@@ -128,6 +230,7 @@ class PodLauncher:
         return len(running)
 
     def _delete(self, handle: PodHandle, grace: int | None) -> None:
+        self._thaw(handle)  # deleting a frozen pod hangs until it is thawed
         try:
             self.core.delete_namespaced_pod(
                 handle.name, handle.namespace, grace_period_seconds=grace
@@ -170,6 +273,17 @@ class PodLauncher:
 def _key(pod: Mapping[str, Any]) -> tuple[str, str]:
     meta = pod.get("metadata") or {}
     return str(meta.get("namespace")), str(meta.get("name"))
+
+
+def _signal_number(name: str) -> int:
+    """KillSig as HTCondor spells it (SIGTERM, TERM, 15) as a number; SIGTERM if unknown."""
+    text = name.strip().upper()
+    if text.isdigit():
+        return int(text)
+    with contextlib.suppress(KeyError):
+        return int(signals.Signals[text if text.startswith("SIG") else f"SIG{text}"])
+    log.warning("KillSig %r is not a signal; sending SIGTERM", name)
+    return int(signals.SIGTERM)
 
 
 def _epoch(text: Any) -> float | None:

@@ -27,6 +27,7 @@ from typing import Any, TextIO
 import httpx
 
 from kondor_core.api.crds import all_crds
+from kondor_core.jobs.pod import harvest_priority_class
 from kondor_devcluster import (
     build,
     components,
@@ -514,6 +515,9 @@ class DevCluster:
 
         apiserver = next(p for p in self._processes if p.name == "kube-apiserver")
         self._wait_until(apiserver, "Established Kondor CRDs", established, timeout)
+        harvest = harvest_priority_class()
+        name = harvest["metadata"]["name"]
+        self._apply(api, f"/apis/scheduling.k8s.io/v1/priorityclasses/{name}", harvest)
         files = self.layout.pki
         identity = kondor.KONDOR_IDENTITY
         config = kubeconfig.kubeconfig(
@@ -547,7 +551,8 @@ class DevCluster:
 
     def _start_agent(self, node: str, machine: Path | None) -> None:
         """An agent for `node`: on its machine file, or (None) reading the real host."""
-        kondor.agent_state_dir(self.layout, node).mkdir(parents=True, exist_ok=True)
+        # The execute directory is the agent's Disk: it must exist before the agent measures it.
+        (kondor.agent_state_dir(self.layout, node) / "execute").mkdir(parents=True, exist_ok=True)
         process = self._spawn_command(
             kondor.agent_name(node),
             kondor.agent_args(self.layout, node, machine),

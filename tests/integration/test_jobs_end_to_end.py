@@ -105,10 +105,14 @@ def slot_policy(name: str, labels: dict[str, str], condor_config: str = "") -> d
 
 @contextlib.contextmanager
 def job_cluster(
-    tmp: Path, machines: list[Path], policies: list[dict[str, Any]]
+    tmp: Path,
+    machines: list[Path],
+    policies: list[dict[str, Any]],
+    real_node: str | None = None,
 ) -> Iterator[Cluster]:
-    """A dev cluster of its own (operator, one agent per machine) with `policies` applied,
-    a negotiator interval of 2 s, and every node's slots Unclaimed."""
+    """A dev cluster of its own (operator, one agent per machine, and the real node `real_node`
+    with its agent if named) with `policies` applied, a negotiator interval of 2 s, and every
+    node's slots Unclaimed."""
     spec = ClusterSpec(
         port=free_port(),
         kubeconfig=tmp / "kubeconfig",
@@ -116,6 +120,7 @@ def job_cluster(
         nodes=tuple(machines),
         operator=True,
         agents=True,
+        real_node=real_node,
     )
     dev = DevCluster(spec, log=sys.stderr)
     dev.start()
@@ -132,6 +137,7 @@ def job_cluster(
             }
         )
         nodes = [yaml.safe_load(path.read_text())["name"] for path in machines]
+        nodes += [real_node] if real_node else []
 
         def unclaimed() -> bool:
             slots = [

@@ -116,6 +116,10 @@ def _check_slot_key(key: str) -> str:
     return key
 
 
+#: How pod jobs are sized: `SlotPolicySpec.pod_mode`, the KONDOR_POD_MODE knob.
+POD_MODES = ("dedicated", "harvest")
+
+
 class SlotPolicySpec(Model):
     """spec of a SlotPolicy (kondor.io/v1alpha1)."""
 
@@ -164,6 +168,12 @@ class SlotPolicySpec(Model):
         default_factory=list,
         description="Startd cron jobs (STARTD_CRON_JOBLIST); a job here wins over one of the "
         "same name in condorConfig",
+    )
+    pod_mode: Literal["dedicated", "harvest"] | None = Field(
+        default=None,
+        description="How pod jobs are sized (KONDOR_POD_MODE): dedicated (requests = limits = "
+        "the slot, Guaranteed QoS; the default) or harvest (minimal requests, limits = the "
+        "slot, a low PriorityClass: the owner's pods are admitted and job pods evicted first)",
     )
     condor_config: str = Field(default="", description="An HTCondor configuration snippet")
 

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kondor_core.api.slotpolicy import (
+    POD_MODES,
     POLICY_EXPRESSIONS,
     CronJobSpec,
     SlotPolicySpec,
@@ -1018,6 +1019,13 @@ class _Compiler:
             self.warnings.append(
                 f"condorConfig line {line} ({text.strip()}) sets knobs Kondor does not implement, "
                 f"which have no effect: {listed}"
+            )
+        if self.spec.pod_mode is not None:  # the structured field wins over the snippet's knob
+            macros["KONDOR_POD_MODE"] = self.spec.pod_mode
+        mode = macros.get("KONDOR_POD_MODE")
+        if mode is not None and mode.strip().lower() not in POD_MODES:
+            self.problems.append(
+                f"KONDOR_POD_MODE = {mode}: expected one of {', '.join(POD_MODES)}"
             )
         return macros
 

@@ -57,6 +57,9 @@ STARTD_KNOBS: Mapping[str, str] = {
         "DISABLE_SWAP_FOR_JOB",
         "KONDOR_JOB_CPU_HARD_LIMIT",
         "KONDOR_JOB_PIDS_MAX",
+        # How pod jobs are sized and prioritised (kondor_core.jobs.pod).
+        "KONDOR_POD_MODE",
+        "KONDOR_HARVEST_PRIORITY_CLASS",
     )
 }
 

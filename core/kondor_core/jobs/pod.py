@@ -1,8 +1,17 @@
 """The Pod of a `pod` job: bound to the node, owned by its ExecutionJob, sized by its slot.
 
-The agent creates it when the startd starts the job on a slot (docs/jobs.md). Requests and
-limits are the slot's resources (DESIGN.md's `dedicated` mode: requests = limits = the
-slot): Cpus cores, Memory MiB, and GPUs as `nvidia.com/gpu`. The job and machine ads are
+The agent creates it when the startd starts the job on a slot (docs/jobs.md). Its limits are
+the slot's resources: Cpus cores, Memory MiB, and GPUs as `nvidia.com/gpu`. Its requests
+follow the SlotPolicy's pod mode (KONDOR_POD_MODE, DESIGN.md):
+
+* `dedicated` (the default): requests = limits, a Guaranteed pod the kubelet never evicts
+  for the owner's sake;
+* `harvest`: minimal requests (`HARVEST_REQUESTS`; GPUs, which cannot be overcommitted, stay
+  requested) and the low PriorityClass `kondor-harvest` (KONDOR_HARVEST_PRIORITY_CLASS), so
+  the kubelet admits the owner's pods beside it and node-pressure eviction takes it first:
+  cycle scavenging on Kubernetes.
+
+Job pods have no probes: the job's exit is its health. The job and machine ads are
 mounted from a ConfigMap at /etc/kondor, where `_CONDOR_JOB_AD` and `_CONDOR_MACHINE_AD`
 point, and `_CONDOR_SLOT` names the slot, as HTCondor's starter sets them.
 """
@@ -20,6 +29,35 @@ from kondor_core.api import EXECUTION_POINT_LABEL, ExecutionJob
 JOB_LABEL = "kondor.io/job"
 CLAIM_LABEL = "kondor.io/claim"
 AD_MOUNT = "/etc/kondor"
+DEDICATED = "dedicated"
+HARVEST = "harvest"
+#: The PriorityClass of harvest pods (the chart and the dev cluster create it).
+HARVEST_PRIORITY_CLASS = "kondor-harvest"
+HARVEST_PRIORITY = -100
+#: A harvest pod's requests: enough to be Burstable (never BestEffort), nothing to reserve.
+HARVEST_REQUESTS = {"cpu": "1m", "memory": "1Mi"}
+_PROBES = ("livenessProbe", "readinessProbe", "startupProbe")
+
+
+def pod_mode(macros: Mapping[str, str]) -> tuple[str, str]:
+    """The node's pod mode and harvest PriorityClass from its policy's knobs (the compiler
+    has refused a mode that is neither)."""
+    mode = macros.get("KONDOR_POD_MODE", DEDICATED).strip().lower() or DEDICATED
+    priority_class = macros.get("KONDOR_HARVEST_PRIORITY_CLASS", "").strip()
+    return mode, priority_class or HARVEST_PRIORITY_CLASS
+
+
+def harvest_priority_class(name: str = HARVEST_PRIORITY_CLASS) -> dict[str, Any]:
+    """The PriorityClass harvest pods run at: below every default pod (0), never preempting."""
+    return {
+        "apiVersion": "scheduling.k8s.io/v1",
+        "kind": "PriorityClass",
+        "metadata": {"name": name},
+        "value": HARVEST_PRIORITY,
+        "preemptionPolicy": "Never",
+        "globalDefault": False,
+        "description": "Kondor's harvest-mode job pods: evicted before anything else",
+    }
 
 
 def pod_name(job: ExecutionJob, claim_id: str) -> str:
@@ -40,8 +78,16 @@ def ads_config_map(
     }
 
 
-def job_pod(job: ExecutionJob, claim_id: str, node: str, slot: Mapping[str, Any]) -> dict[str, Any]:
-    """The Pod for `job` on `node`'s slot whose published ad is `slot`."""
+def job_pod(
+    job: ExecutionJob,
+    claim_id: str,
+    node: str,
+    slot: Mapping[str, Any],
+    *,
+    mode: str = DEDICATED,
+    priority_class: str = HARVEST_PRIORITY_CLASS,
+) -> dict[str, Any]:
+    """The Pod for `job` on `node`'s slot whose published ad is `slot`, sized by `mode`."""
     assert job.spec.pod is not None
     template = copy.deepcopy(job.spec.pod.template)
     spec: dict[str, Any] = dict(template.get("spec") or {})
@@ -50,7 +96,12 @@ def job_pod(job: ExecutionJob, claim_id: str, node: str, slot: Mapping[str, Any]
     metadata["labels"] = {**(given.get("labels") or {}), **metadata["labels"]}
     if given.get("annotations"):
         metadata["annotations"] = dict(given["annotations"])
-    resources = _resources(slot)
+    limits = _resources(slot)
+    requests = dict(limits)
+    if mode == HARVEST:
+        requests = {**HARVEST_REQUESTS, **{k: v for k, v in limits.items() if "gpu" in k}}
+        spec["priorityClassName"] = priority_class
+        spec.pop("priority", None)  # the admission plugin sets it from the class
     env = [
         {"name": "_CONDOR_JOB_AD", "value": f"{AD_MOUNT}/.job.ad"},
         {"name": "_CONDOR_MACHINE_AD", "value": f"{AD_MOUNT}/.machine.ad"},
@@ -58,8 +109,8 @@ def job_pod(job: ExecutionJob, claim_id: str, node: str, slot: Mapping[str, Any]
     ]
     containers = []
     for given_container in spec.get("containers") or []:
-        container = dict(given_container)
-        container["resources"] = {"requests": dict(resources), "limits": dict(resources)}
+        container = {k: v for k, v in given_container.items() if k not in _PROBES}
+        container["resources"] = {"requests": dict(requests), "limits": dict(limits)}
         container["env"] = [*(container.get("env") or []), *env]
         mounts = container.get("volumeMounts") or []
         container["volumeMounts"] = [

@@ -849,3 +849,15 @@ def test_startd_cron_template_without_enough_arguments() -> None:
     with pytest.raises(PolicyError) as refused:
         _compile("use FEATURE : StartdCronPeriodic(load, 2m)")
     assert "use FEATURE : PeriodicCronHook requires at least 4 arguments" in str(refused.value)
+
+
+def test_pod_mode_from_the_field_or_the_knob_and_a_bad_one_refused() -> None:
+    assert "KONDOR_POD_MODE" not in _compile().macros
+    assert _compile(podMode="harvest").macros["KONDOR_POD_MODE"] == "harvest"
+    assert _compile("KONDOR_POD_MODE = harvest").macros["KONDOR_POD_MODE"] == "harvest"
+    # The structured field wins over the snippet's knob.
+    field_wins = _compile("KONDOR_POD_MODE = harvest", podMode="dedicated")
+    assert field_wins.macros["KONDOR_POD_MODE"] == "dedicated"
+    assert _problems("KONDOR_POD_MODE = greedy") == [
+        "KONDOR_POD_MODE = greedy: expected one of dedicated, harvest"
+    ]

@@ -1,11 +1,19 @@
-"""The Pod of a `pod` job: bound to the node, owned by the job, requests = limits = the slot."""
+"""The Pod of a `pod` job: bound to the node, owned by the job, sized by its slot and mode."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from kondor_core.api import ExecutionJob
-from kondor_core.jobs.pod import ads_config_map, job_pod, pod_name
+from kondor_core.jobs.pod import (
+    HARVEST,
+    HARVEST_PRIORITY_CLASS,
+    ads_config_map,
+    harvest_priority_class,
+    job_pod,
+    pod_mode,
+    pod_name,
+)
 
 
 def job(**template: Any) -> ExecutionJob:
@@ -71,3 +79,46 @@ def test_the_ads_config_map_holds_both_ads() -> None:
     made = ads_config_map(job(**TEMPLATE), "u-1#1", "node-a", "A = 1\n", "B = 2\n")
     assert made["data"] == {".job.ad": "A = 1\n", ".machine.ad": "B = 2\n"}
     assert made["metadata"]["name"] == pod_name(job(**TEMPLATE), "u-1#1")
+
+
+def test_a_harvest_pod_requests_almost_nothing_and_runs_at_the_low_priority() -> None:
+    pod = job_pod(job(**TEMPLATE), "u-1#1", "node-a", SLOT, mode=HARVEST, priority_class="low")
+    assert pod["spec"]["priorityClassName"] == "low"
+    for container in pod["spec"]["containers"]:
+        # Limits stay the slot; GPUs cannot be overcommitted, so they stay requested.
+        assert container["resources"]["limits"] == {
+            "cpu": "2",
+            "memory": "1536Mi",
+            "nvidia.com/gpu": "1",
+        }
+        assert container["resources"]["requests"] == {
+            "cpu": "1m",
+            "memory": "1Mi",
+            "nvidia.com/gpu": "1",
+        }
+
+
+def test_job_pods_have_no_probes() -> None:
+    probed = {
+        "spec": {
+            "containers": [
+                {
+                    "name": "main",
+                    "image": "busybox",
+                    "livenessProbe": {"exec": {"command": ["true"]}},
+                    "readinessProbe": {"exec": {"command": ["true"]}},
+                    "startupProbe": {"exec": {"command": ["true"]}},
+                }
+            ]
+        }
+    }
+    (container,) = job_pod(job(**probed), "u-1#1", "node-a", SLOT)["spec"]["containers"]
+    assert not {"livenessProbe", "readinessProbe", "startupProbe"} & container.keys()
+
+
+def test_the_pod_mode_comes_from_the_policys_knobs() -> None:
+    assert pod_mode({}) == ("dedicated", HARVEST_PRIORITY_CLASS)
+    assert pod_mode({"KONDOR_POD_MODE": " Harvest "}) == ("harvest", HARVEST_PRIORITY_CLASS)
+    assert pod_mode({"KONDOR_HARVEST_PRIORITY_CLASS": "spare"})[1] == "spare"
+    made = harvest_priority_class()
+    assert (made["value"], made["preemptionPolicy"]) == (-100, "Never")
