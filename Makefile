@@ -108,6 +108,9 @@ e2e: venv ## e2e on kind (opt-in; skipped with a reason without Docker/kind)
 demo: controlplane ## The demo: dev cluster with operator and agents, 3 nodes, SlotPolicies, condor_status
 	BIN=$(BIN) examples/demo/run.sh
 
+demo-real: controlplane ## The demo plus a real node (containerd, runc, kubelet; root): a pod job runs for real
+	BIN=$(BIN) REAL_NODE=kondor-real-0 examples/demo/run.sh
+
 demo-down: venv ## Stop the demo's dev cluster
 	$(BIN)/kondor dev-cluster down --state-dir .devcluster/demo/state
 
@@ -115,4 +118,4 @@ simulate-demo: venv ## Offline: the slots the GPU example policy gives a node, a
 	$(BIN)/kondor simulate --machine examples/machines/gpu-mixed.yaml \
 	    --policy examples/policies/gpu-split.yaml \
 	    --request examples/jobs/train.yaml --request examples/jobs/small.yaml
-.PHONY: demo demo-down simulate-demo
+.PHONY: demo demo-real demo-down simulate-demo

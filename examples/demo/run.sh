@@ -2,11 +2,20 @@
 # The demo: a local dev cluster (real control plane, three kwok nodes, one with four GPUs)
 # with the Kondor operator and one agent per node; the demo SlotPolicies applied; the
 # ExecutionPoints and condor_status printed; alice's job run and condor_q printed. Run by `make demo` (which builds what it needs).
+# With REAL_NODE=NAME (`make demo-real`) the cluster also gets a real node (containerd, runc and
+# a kubelet on this host; needs root) and alice runs a pod job on it for real.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 BIN=${BIN:-.venv/bin}
 STATE=${STATE:-.devcluster/demo}
 PORT=${PORT:-16443}
+REAL_NODE=${REAL_NODE:-}
+REAL=()
+NODES=3
+if [ -n "$REAL_NODE" ]; then
+  REAL=(--real-node "$REAL_NODE" --real-node-machine examples/machines/real-node.yaml)
+  NODES=4
+fi
 export KUBECONFIG="$STATE/kubeconfig"
 export PATH="$PWD/$BIN:$PATH"   # kubectl finds the kubectl-kondor plugin here
 
@@ -16,12 +25,16 @@ fi
 kondor dev-cluster up --port "$PORT" --kubeconfig "$KUBECONFIG" --state-dir "$STATE/state" \
   --nodes examples/demo/machines/cpu-0.yaml examples/demo/machines/cpu-1.yaml \
           examples/demo/machines/gpu-0.yaml \
-  --operator --agents --detach
+  "${REAL[@]}" --operator --agents --detach
 
 echo; echo "+ kubectl apply -f examples/demo/policies/"
 kubectl apply -f examples/demo/policies/
+if [ -n "$REAL_NODE" ]; then
+  echo "+ kubectl apply -f examples/demo/real/policy.yaml"
+  kubectl apply -f examples/demo/real/policy.yaml
+fi
 for _ in $(seq 60); do
-  [ "$(kubectl get executionpoints -o name | wc -l)" -ge 3 ] && break
+  [ "$(kubectl get executionpoints -o name | wc -l)" -ge "$NODES" ] && break
   sleep 0.5
 done
 kubectl wait executionpoints --all --for=condition=Ready --timeout=60s >/dev/null
@@ -39,6 +52,18 @@ for _ in $(seq 60); do
   [ "$(kubectl get ej hello -o jsonpath='{.status.jobStatus}')" = Completed ] && break
   sleep 0.5
 done
+if [ -n "$REAL_NODE" ]; then
+  echo; echo "+ kubectl --context alice apply -f examples/demo/real/pod-job.yaml"
+  kubectl --context alice apply -f examples/demo/real/pod-job.yaml
+  for _ in $(seq 120); do
+    [ "$(kubectl get ej real-pod -o jsonpath='{.status.jobStatus}')" = Completed ] && break
+    sleep 0.5
+  done
+  echo; echo "+ kubectl get pods -o wide -l kondor.io/job=real-pod"
+  kubectl get pods -o wide -l kondor.io/job=real-pod
+  echo; echo "+ kubectl logs -l kondor.io/job=real-pod"
+  kubectl logs -l kondor.io/job=real-pod
+fi
 echo; echo "+ kubectl get executionjobs"
 kubectl get executionjobs
 echo; echo "+ kubectl kondor q -all"
