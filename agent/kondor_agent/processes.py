@@ -127,7 +127,10 @@ class ProcessJobs:
         )
 
     def ended(self, handle: JobHandle) -> bool:
-        return self.launcher.poll(handle) is not None
+        """Whether the supervisor has recorded the job's end: one stat, as the agent looks
+        five times a second. A supervisor lost without a word is found by `poll` at the next
+        polling tick."""
+        return self.launcher.has_result(handle)
 
     def directory(self, handle: JobHandle) -> str:
         return str(handle.directory)

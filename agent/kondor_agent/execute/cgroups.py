@@ -488,6 +488,12 @@ class JobCgroups:
             return events.get("frozen") == 1
         return (_read(hierarchy.file(cgroup, "freezer.state")) or "").strip() == "FROZEN"
 
+    def freeze_file(self, cgroup: str) -> Path:
+        """The kernel's own control file that freezes `cgroup`: v2 `cgroup.freeze` ("1"/"0"),
+        else v1 `freezer.state` ("FROZEN"/"THAWED"); for benchmarks beside `freeze`."""
+        hierarchy = self._need_freezer()
+        return hierarchy.file(cgroup, "cgroup.freeze" if hierarchy.v2 else "freezer.state")
+
     def _need_freezer(self) -> _Hierarchy:
         if self._freezer is None:
             raise CgroupError("no freezer: neither cgroup v2 cgroup.freeze nor the v1 freezer")

@@ -286,6 +286,10 @@ class ProcessLauncher:
             hold_reason=f"the job's supervisor (pid {pid}) ended without recording a result",
         )
 
+    def has_result(self, handle: JobHandle) -> bool:
+        """Whether the job's result is recorded (cheap: one stat, no parsing)."""
+        return (handle.directory / records.EXIT).exists()
+
     def _result(self, handle: JobHandle) -> JobResult | None:
         try:
             text = (handle.directory / records.EXIT).read_text()
