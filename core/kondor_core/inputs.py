@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -158,7 +159,10 @@ class _BoundedLoader(yaml.SafeLoader):
 
 def check_document(data: Any, *, source: str, limits: YamlLimits = LIMITS) -> None:
     """Hold already-parsed data (an admission request's object) to `limits`' depth and node
-    count; raises InputError naming `source`."""
+    count; raises InputError naming `source`.
+
+    Any mapping counts, not only dicts: kopf hands the webhook its object as a `kopf.Body`,
+    a read-only mapping over the request's JSON."""
     stack: list[tuple[Any, int]] = [(data, 1)]
     nodes = 0
     while stack:
@@ -166,10 +170,10 @@ def check_document(data: Any, *, source: str, limits: YamlLimits = LIMITS) -> No
         nodes += 1
         if nodes > limits.max_nodes:
             raise InputError(f"{source}: more than {limits.max_nodes} values")
-        if isinstance(value, dict | list):
+        if isinstance(value, Mapping | list | tuple):
             if depth > limits.max_depth:
                 raise InputError(f"{source}: nested more than {limits.max_depth} levels deep")
-            children = value.values() if isinstance(value, dict) else value
+            children = value.values() if isinstance(value, Mapping) else value
             stack.extend((child, depth + 1) for child in children)
 
 

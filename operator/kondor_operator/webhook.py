@@ -26,12 +26,14 @@ import datetime
 import ipaddress
 import json
 import os
+import re
 import tempfile
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import aiohttp.web
 import kopf
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
@@ -39,6 +41,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
 from kondor_core.api import EXECUTION_JOBS, GROUP, VERSION
+from kondor_core.inputs import LIMITS
 from kondor_core.jobs import Delegates, Requester, admit_job
 
 #: The ExecutionJob admission handlers' ids: kopf serves each at `/<id>` and names its
@@ -110,7 +113,60 @@ def self_signed(host: str, directory: Path) -> tuple[Path, Path]:
     return cert_path, key_path
 
 
-class ServiceWebhookServer(kopf.WebhookServer):
+#: The request's own fields, read from the AdmissionReview's text when it cannot be parsed.
+#: They precede the object (Go writes AdmissionRequest's fields in order, `object` late).
+_REVIEW_FIELDS = {
+    key: re.compile(rf'"{key}"\s*:\s*"([^"\\]{{0,253}})"')
+    for key in ("apiVersion", "uid", "name", "namespace")
+}
+_REVIEW_KIND = re.compile(r'"kind"\s*:\s*\{[^{}]*"kind"\s*:\s*"([A-Za-z]{1,63})"')
+
+
+def refuse_unparsable(text: str) -> dict[str, Any] | None:
+    """The AdmissionReview refusing a request whose JSON is nested too deep for Python's
+    parser (the API server accepts 10,000 levels; `json` stops near 1,000): refused with the
+    message `kondor_core.inputs.check_document` gives, instead of a 500 the user reads as an
+    outage (and that failurePolicy Ignore would admit). None when the request names no uid."""
+    head = text[: text.find('"object"')] if '"object"' in text else text[:4096]
+    found = {key: pattern.search(head) for key, pattern in _REVIEW_FIELDS.items()}
+    if found["uid"] is None:
+        return None
+    kind = _REVIEW_KIND.search(head)
+    name = "/".join(
+        match.group(1) for match in (found["namespace"], found["name"]) if match is not None
+    )
+    source = " ".join(part for part in (kind.group(1) if kind else "", name) if part)
+    version = found["apiVersion"]
+    return {
+        "apiVersion": version.group(1) if version else "admission.k8s.io/v1",
+        "kind": "AdmissionReview",
+        "response": {
+            "uid": found["uid"].group(1),
+            "allowed": False,
+            "status": {
+                "code": 422,
+                "message": f"{source or 'the object'}: nested more than "
+                f"{LIMITS.max_depth} levels deep",
+            },
+        },
+    }
+
+
+class BoundedWebhookServer(kopf.WebhookServer):
+    """kopf's server, refusing with a message a request nested too deep to parse."""
+
+    @staticmethod
+    async def _serve(fn: kopf.WebhookFn, request: aiohttp.web.Request) -> aiohttp.web.Response:
+        try:
+            return await kopf.WebhookServer._serve(fn, request)
+        except RecursionError:  # from json.loads: aiohttp keeps the body, so read it again
+            refusal = refuse_unparsable(await request.text())
+            if refusal is None:
+                raise aiohttp.web.HTTPBadRequest(reason="the request is nested too deep") from None
+            return aiohttp.web.json_response(refusal)
+
+
+class ServiceWebhookServer(BoundedWebhookServer):
     """kopf's server, announced to the API server as a Service instead of a URL."""
 
     def __init__(self, service: ServiceRef, **kwargs: object) -> None:
@@ -147,7 +203,7 @@ def build_server(options: WebhookOptions) -> kopf.WebhookServer:
             pkeyfile=key,
             cafile=options.ca,
         )
-    return kopf.WebhookServer(
+    return BoundedWebhookServer(
         addr=options.addr,
         port=options.port,
         host=host,

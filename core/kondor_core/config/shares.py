@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Literal
 
-from kondor_core.classads import check_expr
+from kondor_core.classads import ExpressionError, check_expr
 from kondor_core.errors import KondorError
 
 STANDARD = ("cpus", "memory", "disk", "swap")
@@ -98,7 +98,10 @@ def parse_share(value: str | int | float, *, resource: str | None, field: str) -
         text, constraint_text = (part.strip() for part in text.split(":", 1))
         if not constraint_text:
             raise ShareError(f"{field}: the constraint after ':' in {value!r} is empty")
-        constraint = check_expr(constraint_text, field=field)
+        try:
+            constraint = check_expr(constraint_text, field=field)
+        except ExpressionError as err:  # one problem of the policy, not an exception past it
+            raise ShareError(str(err)) from None
         if resource in STANDARD or resource is None:
             raise ShareError(
                 f"{field}: {value!r} has a constraint, but only resources with properties "

@@ -14,6 +14,7 @@ from kondor_core.cron import DEFAULT_HOOKS_DIR, HookPathError, hook_path
 from kondor_core.fleet.selector import selector_problems
 from kondor_core.inputs import InputError, check_document
 from kondor_core.policy import EngineError, StartdPolicy
+from kondor_core.slots import policy_problems
 
 #: HTCondor's UPDATE_INTERVAL default ("condor_startd Configuration File Macros").
 DEFAULT_UPDATE_INTERVAL = 300.0
@@ -57,6 +58,7 @@ def check_policy(spec: Mapping[str, Any], *, hooks_dir: str = DEFAULT_HOOKS_DIR)
         compiled = compile_policy(model)
     except PolicyError as error:
         return CheckedPolicy(problems=(*problems, *map(_in_spec, error.problems)))
+    problems.extend(f"spec: {problem}" for problem in policy_problems(compiled))
     for job in compiled.cron_jobs:
         try:
             hook_path(job.executable, hooks_dir, field=_in_spec(job.source))

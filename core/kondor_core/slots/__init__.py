@@ -20,7 +20,14 @@ from kondor_core.slots.carve import (
     release,
     unclaim,
 )
-from kondor_core.slots.layout import Layout, LayoutError, MachineTotals, SlotLayout, layout
+from kondor_core.slots.layout import (
+    Layout,
+    LayoutError,
+    MachineTotals,
+    SlotLayout,
+    layout,
+    policy_problems,
+)
 
 __all__ = [
     "AdRenderer",
@@ -40,6 +47,7 @@ __all__ = [
     "gpu_ad_name",
     "initial_slots",
     "layout",
+    "policy_problems",
     "release",
     "slot_ads",
     "unclaim",

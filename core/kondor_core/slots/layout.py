@@ -269,6 +269,32 @@ def machine_ad(totals: MachineTotals) -> Any:
     return classad2.ClassAd(values)
 
 
+def policy_problems(policy: EffectivePolicy) -> list[str]:
+    """What `layout` would refuse on any machine, found without one: device ids listed twice,
+    declared amounts no ClassAd holds, a literal slot count beyond MAX_SLOTS. Admission
+    refuses these at once rather than leaving every node's agent to report them."""
+    problems: list[str] = []
+    for name, ids in policy.machine_resource_ids.items():
+        if name.lower() == GPUS:
+            try:
+                _unique_gpu_ids(tuple(ids))
+            except LayoutError as err:
+                problems.append(str(err))
+    for name, quantity in policy.machine_resources.items():
+        try:
+            _whole(quantity, f"machine resource {name}")
+        except LayoutError as err:
+            problems.append(str(err))
+    for slot_type in policy.slot_types:
+        if isinstance(slot_type.count, int) and slot_type.count > MAX_SLOTS:
+            problems.append(
+                f"slot type {slot_type.id}: count (NUM_SLOTS_TYPE_{slot_type.id}): "
+                f"{slot_type.count!r} gives {slot_type.count} slots; a machine has at most "
+                f"{MAX_SLOTS}"
+            )
+    return problems
+
+
 def _unique_gpu_ids(gpu_ids: tuple[str, ...]) -> None:
     """GPU ids name devices: one listed twice (MACHINE_RESOURCE_GPUs = g0, g0) would be
     handed to two slots at once, so it is refused as the machine file refuses it."""

@@ -16,6 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from kondor_core.errors import KondorError
+from kondor_core.fleet import check_policy
 from kondor_core.inputs import load_yaml
 from kondor_core.jobs import Requester, admit_job
 
@@ -194,6 +195,33 @@ def test_fuzz_admission(job: Any) -> None:
             operation, Requester("alice"), job if isinstance(new, dict) else {}, old
         )
         assert admission.refusal is None or isinstance(admission.refusal, str)
+
+
+POLICY_SPEC: dict[str, Any] = {
+    "slotTypes": [{"id": 1, "count": 2, "resources": {"cpus": 1, "memory": "25%"}}],
+    "reserved": {"cpus": 0, "memory": "1Gi"},
+    "machineResources": {"cogs": 4},
+    "attributes": {"Colour": '"blue"'},
+    "slotAttributes": {"1": {"Tier": "1"}},
+    "macros": {"M": "2"},
+    "start": "KeyboardIdle > 2",
+    "condorConfig": "NUM_SLOTS_TYPE_2 = 1\nSLOT_TYPE_2 = cpus=1\nMACHINE_RESOURCE_GPUs = g0, g1\n",
+    "nodeSelector": {"matchLabels": {"kondor.io/pool": "a"}},
+}
+
+
+def test_the_policy_fuzzed_is_valid_unmutated() -> None:
+    assert check_policy(POLICY_SPEC).valid
+
+
+@FUZZ
+@given(spec=mutated(POLICY_SPEC))
+def test_fuzz_policy_admission(spec: Any) -> None:
+    """The SlotPolicy webhook's validation (check_policy): valid, or refused with messages
+    naming the spec's fields, never an exception."""
+    checked = check_policy(spec if isinstance(spec, dict) else {"start": spec})
+    assert checked.valid or checked.problems
+    assert all(isinstance(p, str) and p.startswith("spec") for p in checked.problems), checked
 
 
 @FUZZ

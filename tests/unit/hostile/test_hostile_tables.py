@@ -7,11 +7,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import kopf
 import pytest
 
 from kondor_core.api import SlotPolicy, validate
 from kondor_core.api.quantity import Unit, to_unit
 from kondor_core.cron import OutputReader
+from kondor_core.fleet import check_policy
 from kondor_core.inputs import InputError, YamlLimits, check_document, load_yaml
 from kondor_core.jobs import Requester, admit_job
 
@@ -360,3 +362,62 @@ def test_cron_output_is_bounded_and_decoded(
     got = [line for chunk in chunks for line in reader.feed(chunk)] + reader.finish()
     assert got == lines
     assert (reader.failure is None) if failure is None else (failure in (reader.failure or ""))
+
+
+# The SlotPolicy webhook's validation (check_policy) refuses what the layout would refuse on
+# every node, each as one problem naming the field, never an exception past it.
+@pytest.mark.parametrize(
+    ("spec", "said"),
+    [
+        (
+            {"slotTypes": [{"id": 1, "resources": "gpus=1 : ((("}]},
+            "spec.slotTypes[0].resources: '(((' is not a valid ClassAd expression",
+        ),
+        (
+            {"condorConfig": "SLOT_TYPE_1 = gpus=1 : (((\nNUM_SLOTS_TYPE_1 = 1\n"},
+            "spec.condorConfig line 1 (SLOT_TYPE_1): '(((' is not a valid ClassAd expression",
+        ),
+        (
+            {"condorConfig": "MACHINE_RESOURCE_GPUs = g0, g0\n"},
+            "spec: machine resource GPUs: the id 'g0' appears twice",
+        ),
+        (
+            {"condorConfig": "MACHINE_RESOURCE_cogs = 1e30\n"},
+            "spec: machine resource cogs: 1e+30 is not an amount a ClassAd holds",
+        ),
+        (
+            {"condorConfig": f"SLOT_TYPE_1 = cpus=1\nNUM_SLOTS_TYPE_1 = {BIG}\n"},
+            f"spec: slot type 1: count (NUM_SLOTS_TYPE_1): {BIG} gives {BIG} slots",
+        ),
+        ({"slotTypes": [{"id": 1, "count": 10**7}]}, "a machine has at most 10000"),
+        ({"slotTypes": [{"id": 1, "resources": {"cpus": _nested(80)}}]}, "spec: nested more"),
+    ],
+    ids=[
+        "GPU constraint in slotTypes",
+        "GPU constraint in SLOT_TYPE",
+        "duplicate GPU ids",
+        "machine resource 1e30",
+        "slot count 2^70 in condorConfig",
+        "slot count 10^7",
+        "nested resources",
+    ],
+)
+def test_policy_admission_refuses_with_one_problem(spec: dict[str, Any], said: str) -> None:
+    checked = check_policy(spec)
+    assert not checked.valid
+    assert len(checked.problems) == 1 and said in checked.problems[0], checked.problems
+
+
+def test_admission_bounds_the_object_kopf_hands_it() -> None:
+    """The webhook gets a kopf.Body, a mapping but not a dict: it is bounded all the same."""
+    job = {
+        "apiVersion": "kondor.io/v1alpha1",
+        "kind": "ExecutionJob",
+        "metadata": {"name": "j", "namespace": "ns"},
+        "spec": {"pod": {"template": _nested(80)}},
+    }
+    admission = admit_job("CREATE", Requester("alice"), kopf.Body(job), None)
+    assert admission.refusal == "ExecutionJob ns/j: nested more than 64 levels deep"
+    assert check_policy(kopf.Body({"a": _nested(80)})).problems == (
+        "spec: nested more than 64 levels deep",
+    )

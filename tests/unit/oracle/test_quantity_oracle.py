@@ -84,6 +84,7 @@ LENIENT: dict[str, tuple[str, Callable[[str], bool]]] = {
     ),
 }
 
+
 def _why(text: str, table: dict[str, tuple[str, Callable[[str], bool]]]) -> str | None:
     return next((name for name, (_, applies) in table.items() if applies(text)), None)
 
