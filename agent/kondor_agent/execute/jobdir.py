@@ -10,6 +10,7 @@ containerd's shims and slurmstepd keep theirs on disk:
         exit.json        the result (`records.JobResult`'s fields), written once, atomically
         killed           the signal the agent sent, when it ended the job
         supervisor.log   the supervisor's own stdout and stderr
+        image-test.log   what `apptainer test` said before an Apptainer job
         scratch/         _CONDOR_SCRATCH_DIR: .job.ad, .machine.ad, the job's files
 
 Only `os` here: the supervisor imports this module, and every millisecond of its
@@ -26,6 +27,7 @@ JOB_PID = "job.pid"
 EXIT = "exit.json"
 KILLED = "killed"
 SUPERVISOR_LOG = "supervisor.log"
+IMAGE_TEST_LOG = "image-test.log"
 SCRATCH = "scratch"
 JOB_AD = ".job.ad"
 MACHINE_AD = ".machine.ad"
@@ -38,6 +40,8 @@ UNABLE_TO_OPEN_INPUT = 8
 IWD_ERROR = 14
 #: The kernel killed the job for going over its cgroup memory limit (the job is held).
 OUT_OF_MEMORY = 34
+#: `apptainer test` of the job's image failed before the job ran (SINGULARITY_RUN_TEST_BEFORE_JOB).
+SINGULARITY_TEST_FAILED = 41
 
 
 def write_atomic(path: str | os.PathLike[str], text: str, *, durable: bool = False) -> None:

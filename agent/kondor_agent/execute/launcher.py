@@ -194,6 +194,7 @@ class ProcessLauncher:
             executable = str(Path(iwd) / executable)
         argv = [executable, *runtime.arguments]
         failure: JobResult | None = None
+        image_test: list[str] | None = None
         if isinstance(runtime, ApptainerRuntime):
             apptainer = shutil.which("apptainer", path=self._search_path)
             if apptainer is None:
@@ -202,6 +203,8 @@ class ProcessLauncher:
                 )
             else:
                 argv = apptainer_command(apptainer, runtime, iwd=iwd, scratch=scratch)
+                image = _in_scratch(runtime.image, scratch) or runtime.image
+                image_test = [apptainer, "-s", "test", image]
         if failure is None and self.cgroups.enabled:
             try:
                 self.cgroups.create(cgroup, limits)
@@ -236,6 +239,7 @@ class ProcessLauncher:
                 else None
             ),
             cgroup_kill_file=_str_or_none(self.cgroups.kill_file(cgroup)),
+            image_test=image_test,
         )
         records.write_atomic(directory / records.SPEC, spec.to_json())
         if failure is not None:

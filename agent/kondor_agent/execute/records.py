@@ -75,6 +75,8 @@ class LaunchSpec:
     memory_limit_mib: int | None = None
     #: v2's `cgroup.kill` of the job's cgroup, where the kernel has it (else each pid is killed).
     cgroup_kill_file: str | None = None
+    #: Run before the job (`apptainer test <image>`); a failure holds the job (code 41).
+    image_test: list[str] | None = None
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=1, sort_keys=True) + "\n"

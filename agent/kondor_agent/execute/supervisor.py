@@ -239,6 +239,39 @@ def _kill_leftovers(spec: dict[str, Any], group: int) -> None:
         time.sleep(0.01)
 
 
+def _image_test(spec: dict[str, Any], job_dir: str) -> dict[str, Any] | None:
+    """Run `apptainer test` on the job's image first, as the starter does (the manual's
+    SINGULARITY_RUN_TEST_BEFORE_JOB): a failure holds the job with what the test said."""
+    argv: list[str] = spec["image_test"]
+    log_path = os.path.join(job_dir, jobdir.IMAGE_TEST_LOG)
+    flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC
+    try:
+        pid = os.posix_spawn(
+            argv[0],
+            argv,
+            spec["environment"],
+            file_actions=[
+                (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
+                (os.POSIX_SPAWN_OPEN, 1, log_path, flags, 0o644),
+                (os.POSIX_SPAWN_DUP2, 1, 2),
+            ],
+        )
+        code = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+    except OSError as err:
+        reason = f"Cannot run the image test {' '.join(argv)}: {err}"
+        return _failure(jobdir.SINGULARITY_TEST_FAILED, err.errno or 0, reason)
+    if code == 0:
+        return None
+    try:
+        with open(log_path, errors="replace") as f:
+            said = f.read()[-1000:].strip()
+    except OSError:
+        said = ""
+    how = f"exit code {code}" if code > 0 else f"signal {-code}"
+    reason = f"Apptainer test of image {argv[-1]} failed ({how})" + (f": {said}" if said else "")
+    return _failure(jobdir.SINGULARITY_TEST_FAILED, max(code, 0), reason)
+
+
 def run(spec: dict[str, Any], job_dir: str) -> dict[str, Any]:
     """Start the job, wait for it and say how it ended."""
     pending: list[int] = []
@@ -266,6 +299,10 @@ def run(spec: dict[str, Any], job_dir: str) -> dict[str, Any]:
     failure = _iwd_error(spec["iwd"])
     if failure is not None:
         return failure
+    if spec.get("image_test"):
+        failure = _image_test(spec, job_dir)
+        if failure is not None:
+            return failure
     fds = _open_files(spec)
     if isinstance(fds, dict):
         return fds

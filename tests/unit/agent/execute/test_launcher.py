@@ -225,6 +225,12 @@ STAND_IN = """#!/bin/sh
 # on the host in --pwd with the APPTAINERENV_ variables, as -C (a clean environment) would.
 set -e
 [ "$1" = "-s" ] && shift
+if [ "$1" = "test" ]; then
+  # `apptainer test IMAGE`: the image's own test (its .singularity.d/test), else success.
+  [ -d "$2" ] || { echo "FATAL: could not open image $2" >&2; exit 255; }
+  [ -x "$2/.singularity.d/test" ] && exec "$2/.singularity.d/test"
+  exit 0
+fi
 [ "$1" = "exec" ] || { echo "expected exec, got $1" >&2; exit 255; }
 shift
 pwd_dir=.
@@ -279,6 +285,41 @@ def test_apptainer_job_runs_through_apptainer_exec(tmp_path: Path) -> None:
     result = wait_result(launcher, handle)
     assert result.state == "exited" and result.exit_code == 0, result
     assert (handle.scratch / "out").read_text() == f"in {handle.scratch} slot=slot1_3 x=1\n"
+
+
+def test_an_image_whose_test_fails_holds_the_job_with_the_reason(tmp_path: Path) -> None:
+    """The starter runs `apptainer test` on the image first; a failure holds the job
+    (HoldReasonCode 41, SingularityTestFailed) with what the test said, and the job never
+    runs."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    apptainer = bin_dir / "apptainer"
+    apptainer.write_text(STAND_IN)
+    apptainer.chmod(apptainer.stat().st_mode | stat.S_IXUSR)
+    image = tmp_path / "broken.dir"
+    (image / ".singularity.d").mkdir(parents=True)
+    test = image / ".singularity.d" / "test"
+    test.write_text("#!/bin/sh\necho 'libc too old for this image' >&2\nexit 3\n")
+    test.chmod(0o755)
+    launcher = ProcessLauncher(
+        tmp_path / "execute", JobCgroups.disabled(), search_path=str(bin_dir)
+    )
+    runtime = ApptainerRuntime(
+        image=str(image), executable="/bin/sh", arguments=["-c", "echo ran > ran"]
+    )
+    handle = launcher.launch("job-broken", runtime, JOB_AD, MACHINE_AD, slot="slot1_2")
+    result = wait_result(launcher, handle)
+    assert (result.state, result.hold_reason_code, result.hold_reason_subcode) == ("failed", 41, 3)
+    assert result.hold_reason == (
+        f"Apptainer test of image {image} failed (exit code 3): libc too old for this image"
+    )
+    assert not (handle.scratch / "ran").exists()
+    # A missing image fails its test too.
+    gone = ApptainerRuntime(image=str(tmp_path / "nowhere.sif"), executable="/bin/true")
+    missing = wait_result(
+        launcher, launcher.launch("job-gone", gone, JOB_AD, MACHINE_AD, slot="slot1_3")
+    )
+    assert missing.hold_reason_code == 41 and "could not open image" in (missing.hold_reason or "")
 
 
 def test_apptainer_missing_holds_the_job_saying_so(launcher: ProcessLauncher) -> None:
