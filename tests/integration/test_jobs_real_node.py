@@ -5,6 +5,7 @@ the kernel OOM-kills it; `harvest` pods carry minimal requests and the low Prior
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 from collections.abc import Iterator
@@ -39,6 +40,10 @@ PREEMPT = False
 
 
 def policy(mode: str, extra: str = "") -> dict[str, Any]:
+    config = POLICY
+    if "PREEMPT" in extra:  # preempting instead of suspending (WANT_SUSPEND hides PREEMPT)
+        config = config.replace("WANT_SUSPEND = True", "WANT_SUSPEND = False")
+        config = config.replace("PREEMPT = False\n", "")
     return {
         "apiVersion": "kondor.io/v1alpha1",
         "kind": "SlotPolicy",
@@ -46,7 +51,7 @@ def policy(mode: str, extra: str = "") -> dict[str, Any]:
         "spec": {
             "nodeSelector": {"matchLabels": {"kondor.io/real-node": "true"}},
             "podMode": mode,
-            "condorConfig": POLICY + extra,
+            "condorConfig": config + extra,
         },
     }
 
@@ -161,3 +166,37 @@ def test_a_harvest_pod_past_its_memory_is_held_with_code_34(cluster: Cluster) ->
     )
     assert held["status"]["holdReasonCode"] == 34
     assert "memory limit of 128 megabytes" in held["status"]["holdReason"]
+
+
+def test_preempt_vacates_a_pod_job_with_its_killsig_and_it_runs_again(cluster: Cluster) -> None:
+    # PREEMPT 4 s into the run; MachineMaxVacateTime gives the job 10 s to go.
+    preempting = (
+        "PREEMPT = (time() - EnteredCurrentActivity) > 4\nWANT_VACATE = True\nKILL = False\n"
+        "MAXJOBRETIREMENTTIME = 0\nMachineMaxVacateTime = 10\n"
+    )
+    cluster.apply(policy("dedicated", preempting))
+    time.sleep(3)
+    script = "trap 'echo got TERM; exit 0' TERM; sleep 8 & wait; echo finished"
+    cluster.apply(pod_job("vacated", script))
+    pod = eventually(lambda: job_pod(cluster, "vacated"), 60, "the job's pod")
+
+    def got_term() -> bool:  # read while the pod is there: its log is the job's witness
+        with contextlib.suppress(AssertionError):
+            return "got TERM" in cluster.kubectl("logs", "-n", "default", pod["metadata"]["name"])
+        return False
+
+    eventually(got_term, 60, "the job's KillSig trap ran")
+    cluster.apply(policy("dedicated"))  # no more preemption: the next run completes
+    uid, qos = pod["metadata"]["uid"], pod["status"]["qosClass"]
+    eventually(
+        lambda: not [p for p in podcgroup.pod_processes(uid, qos) if not podcgroup.is_pause(p)],
+        30,
+        "no process of the vacated pod left",
+    )
+    done = eventually(
+        lambda: (job := cluster.job("vacated"))["status"].get("jobStatus") == "Completed" and job,
+        120,
+        "Completed after running again",
+    )
+    assert done["status"]["numJobStarts"] >= 2
+    assert done["status"]["exitCode"] == 0
