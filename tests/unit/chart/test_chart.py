@@ -63,6 +63,7 @@ def test_renders_every_part(objects: list[dict[str, Any]]) -> None:
         ("MutatingWebhookConfiguration", "t-kondor.kondor.io"),
         ("Service", "t-kondor-webhook"),
         ("Secret", "t-kondor-webhook-tls"),
+        ("PriorityClass", "kondor-harvest"),
     ]:
         assert expected in kinds
     crds = {o["metadata"]["name"] for o in objects if o["kind"] == "CustomResourceDefinition"}
@@ -80,6 +81,7 @@ def test_namespaced_objects_land_in_the_release_namespace(objects: list[dict[str
         "CustomResourceDefinition",
         "ValidatingWebhookConfiguration",
         "MutatingWebhookConfiguration",
+        "PriorityClass",
     }
     for o in objects:
         if o["kind"] in cluster_scoped:
@@ -515,3 +517,25 @@ def test_notes_say_what_to_run_next() -> None:
     notes = (CHART / "templates" / "NOTES.txt").read_text()
     assert "kubectl get executionpoints" in notes
     assert "kind: SlotPolicy" in notes
+
+
+def test_execution_makes_the_agent_privileged_with_the_hosts_pids_and_cgroups(
+    helm: Path,
+) -> None:
+    objects = render(
+        helm,
+        "--set",
+        "agent.execution.enabled=true",
+        "--set",
+        "agent.execution.cgroupRoot=/kondor-jobs",
+        crds=False,
+    )
+    daemonset = next(o for o in objects if o["kind"] == "DaemonSet")
+    assert daemonset["spec"]["template"]["spec"]["hostPID"] is True
+    agent = next(c for c in containers(daemonset) if c["name"] == "agent")
+    assert agent["securityContext"] == {"privileged": True, "runAsUser": 0, "runAsNonRoot": False}
+    mounts = {m["mountPath"]: m for m in agent["volumeMounts"]}
+    assert mounts["/sys/fs/cgroup"]["name"] == "host-cgroup"
+    assert not mounts["/sys/fs/cgroup"].get("readOnly")
+    args = build_parser().parse_args(substitute(agent["args"], {"NODE_NAME": "node-1"}))
+    assert args.cgroup_root == "/kondor-jobs"
