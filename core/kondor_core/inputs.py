@@ -125,6 +125,15 @@ class _BoundedLoader(yaml.SafeLoader):
         # The expanded size of each anchored node, so an alias counts what it stands for.
         self._weights: dict[int, int] = {}
 
+    def fetch_flow_collection_start(self, TokenClass: Any) -> None:  # noqa: N803 (PyYAML's)
+        # The scanner reads ahead through a flow collection's brackets before the composer
+        # counts any depth, and checks every open level at each token: `[` x 3000 took seconds.
+        if self.flow_level >= self._limits.max_depth:
+            raise _TooBigError(
+                f"nested more than {self._limits.max_depth} levels deep (line {self.line + 1})"
+            )
+        super().fetch_flow_collection_start(TokenClass)
+
     def compose_node(self, parent: Any, index: Any) -> Any:
         if self.check_event(yaml.AliasEvent):
             event = self.peek_event()  # type: ignore[no-untyped-call]

@@ -4,6 +4,7 @@ that is not JSON."""
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any
 
@@ -421,3 +422,15 @@ def test_admission_bounds_the_object_kopf_hands_it() -> None:
     assert check_policy(kopf.Body({"a": _nested(80)})).problems == (
         "spec: nested more than 64 levels deep",
     )
+
+
+@pytest.mark.parametrize("opener", [b"[", b"{a: "])
+def test_deep_flow_nesting_is_refused_before_it_is_scanned(opener: bytes) -> None:
+    """`make fuzz` found `deep: [[[...` 3000 levels taking seconds (the scanner looked at every
+    open level at each token); it is refused at level 65, at once."""
+    closer = b"]" if opener == b"[" else b"}"
+    text = b"name: n\ndeep: " + opener * 100_000 + b"1" + closer * 100_000 + b"\n"
+    started = time.perf_counter()
+    with pytest.raises(InputError, match=r"^m: nested more than 64 levels deep \(line 2\)"):
+        load_yaml(text, source="m")
+    assert time.perf_counter() - started < 0.5
