@@ -5,7 +5,8 @@ n the claim's number), so a job matched again after a vacate starts afresh while
 run's output stays for `kubectl kondor tail` until the ExecutionJob is deleted. The slot's
 Cpus and Memory become the job cgroup's CPU weight and memory limit, as the SlotPolicy's
 CGROUP_MEMORY_LIMIT_POLICY, DISABLE_SWAP_FOR_JOB and Kondor's CPU and pids knobs say
-(`kondor_agent.execute.limits`).
+(`kondor_agent.execute.limits`); an Apptainer job's command line follows the SINGULARITY
+knobs (`kondor_core.jobs.apptainer`).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from kondor_agent.execute.launcher import JobHandle, ProcessLauncher
 from kondor_agent.execute.limits import ExecuteSettings, SettingsError, slot_limits
 from kondor_agent.jobs import Outcome, Usage
 from kondor_core.api import ExecutionJob, JobExecution
+from kondor_core.jobs.apptainer import ApptainerSettings
 from kondor_core.slots import SlotAd
 
 log = logging.getLogger("kondor_agent.processes")
@@ -34,6 +36,7 @@ class ProcessJobs:
     def __init__(self, launcher: ProcessLauncher) -> None:
         self.launcher = launcher
         self.settings = ExecuteSettings()
+        self.apptainer = ApptainerSettings.from_macros()
         self._macros: Mapping[str, str] | None = None
         #: Job directories a restarted agent took back: `clear` leaves them running.
         self._adopted: set[Path] = set()
@@ -55,6 +58,7 @@ class ProcessJobs:
         if macros == self._macros:
             return
         self._macros = dict(macros)
+        self.apptainer = ApptainerSettings.from_macros(macros)
         try:
             self.settings = ExecuteSettings.from_macros(macros)
         except SettingsError as err:
@@ -85,6 +89,7 @@ class ProcessJobs:
             slot.to_classad().printOld(),  # the slot's ad is the job's machine ad
             slot=slot.name,
             limits=limits,
+            apptainer=self.apptainer,
         )
 
     def poll(self, handle: JobHandle) -> Outcome | None:

@@ -10,8 +10,9 @@ The environment and file layout follow condor_starter (the manual's "Environment
 and Job Execution"): `_CONDOR_SCRATCH_DIR`, `_CONDOR_SLOT`, `_CONDOR_JOB_AD` and
 `_CONDOR_MACHINE_AD` (the ads in `attr = value` text), TMPDIR/TMP/TEMP set to
 the scratch directory; relative input, output, error and executable paths are
-in the scratch directory (or the initial directory). An Apptainer job runs as
-the manual's example shows the starter running it:
+in the scratch directory (or the initial directory). An Apptainer job (or any job
+SINGULARITY_JOB sends there) runs with the command line HTCondor's starter builds
+(`kondor_core.jobs.apptainer`), as the manual's example shows it:
 `apptainer -s exec -S /tmp -S /var/tmp --pwd <iwd> -B <scratch> --no-home -C <image> <exe> <args>`.
 """
 
@@ -34,11 +35,46 @@ from kondor_agent.execute.cgroups import SUPERVISORS, CgroupError, JobCgroups
 from kondor_agent.execute.limits import CgroupLimits
 from kondor_agent.execute.records import JobResult, LaunchSpec
 from kondor_core.api import ApptainerRuntime, ProcessRuntime
+from kondor_core.classads import parse_ad
+from kondor_core.errors import KondorError
+from kondor_core.jobs.apptainer import (
+    ApptainerSettings,
+    apptainer_command,
+    job_wants_apptainer,
+)
 
 #: The search path a job gets when its environment names none (dash's and systemd's default).
 DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin"
 
 APPTAINER_MISSING = "apptainer is not installed on this node (no apptainer executable on PATH)"
+
+#: How long the PID namespace probe may take before it counts as not working.
+_PROBE_TIMEOUT = 5.0
+
+
+def pid_namespaces_work() -> bool:
+    """Whether a process started here can have its own PID namespace, for
+    SINGULARITY_USE_PID_NAMESPACES = auto (the starter probes the same by running a test
+    container with `-C`, and again without it on failure). Unprivileged, a user namespace
+    comes with it, as Apptainer makes one."""
+    unshare = shutil.which("unshare", path=DEFAULT_PATH)
+    if unshare is None:
+        return False
+    argv = [unshare, "--pid", "--fork"]
+    if os.geteuid() != 0:
+        argv += ["--user", "--map-root-user"]
+    try:
+        done = subprocess.run(
+            [*argv, "true"],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            timeout=_PROBE_TIMEOUT,
+            check=False,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return done.returncode == 0
 
 
 #: The directory holding the kondor_agent package (site-packages, or agent/ in a checkout).
@@ -63,14 +99,9 @@ class JobHandle:
         return self.directory / records.SCRATCH
 
 
-def job_environment(
-    runtime: ProcessRuntime, *, scratch: Path, slot: str, apptainer: bool = False
-) -> dict[str, str]:
+def job_environment(runtime: ProcessRuntime, *, scratch: Path, slot: str) -> dict[str, str]:
     """The job's environment: its own variables, then those the starter sets (which win).
-
-    Inside Apptainer's `-C` (a clean environment) variables reach the job as
-    `APPTAINERENV_<name>`, so they are passed both ways.
-    """
+    An Apptainer job's is passed on to the container by `container_environment`."""
     env = {"PATH": DEFAULT_PATH, **runtime.environment}
     env.update(
         {
@@ -83,8 +114,6 @@ def job_environment(
             "TEMP": str(scratch),
         }
     )
-    if apptainer:
-        env.update({f"APPTAINERENV_{name}": value for name, value in list(env.items())})
     return env
 
 
@@ -92,29 +121,6 @@ def _in_scratch(path: str | None, base: Path) -> str | None:
     if path is None:
         return None
     return path if os.path.isabs(path) else str(base / path)
-
-
-def apptainer_command(
-    apptainer: str, runtime: ApptainerRuntime, *, iwd: str, scratch: Path
-) -> list[str]:
-    """The command line the manual's example shows (HTCondor's "Singularity Support"):
-    `-s exec -S /tmp -S /var/tmp --pwd <iwd> -B <scratch> --no-home -C <image> <exe> <args>`.
-
-    The scratch directory is bound at its own path, so paths in the job's environment hold
-    inside the container; an initial directory elsewhere is bound too. A relative image is
-    in the scratch directory (transferred with the job).
-    """
-    binds = [str(scratch)]
-    if not Path(iwd).is_relative_to(scratch):
-        binds.append(iwd)
-    command = [apptainer, "-s", "exec", "-S", "/tmp", "-S", "/var/tmp", "--pwd", iwd]
-    for bind in binds:
-        command += ["-B", bind]
-    image = _in_scratch(runtime.image, scratch) or runtime.image
-    executable = runtime.executable
-    if not executable.startswith("/"):
-        executable = str(Path(iwd) / executable)
-    return [*command, "--no-home", "-C", image, executable, *runtime.arguments]
 
 
 def _process_alive(pid: int, job_dir: Path) -> bool:
@@ -144,12 +150,15 @@ class ProcessLauncher:
         python: str = sys.executable,
         search_path: str | None = None,
         clock: Callable[[], float] = time.time,
+        pid_namespaces: Callable[[], bool] = pid_namespaces_work,
     ) -> None:
         self.execute_dir = Path(execute_dir).resolve()
         self.cgroups = cgroups
         self._python = python
         self._search_path = search_path
         self._clock = clock
+        self._probe_pid_namespaces = pid_namespaces
+        self._pid_namespaces: bool | None = None
         # `-S` skips site-packages (tens of ms of .pth files): the supervisor needs only the
         # standard library and this package, found through PYTHONPATH.
         self._supervisor_env = {"PATH": DEFAULT_PATH, "PYTHONPATH": str(_PACKAGE_PARENT)}
@@ -168,11 +177,13 @@ class ProcessLauncher:
         *,
         slot: str,
         limits: CgroupLimits | None = None,
+        apptainer: ApptainerSettings | None = None,
     ) -> JobHandle:
         """Create the job's directory and cgroup and start its supervisor; returns at once.
 
-        A job that cannot start (no apptainer, no cgroup, bad paths) still gets a handle:
-        `poll` returns its `failed` result with the hold reason.
+        `apptainer` holds the SlotPolicy's SINGULARITY knobs (HTCondor's defaults when None).
+        A job that cannot start (no apptainer, no image, no cgroup, bad paths) still gets a
+        handle: `poll` returns its `failed` result with the hold reason.
         """
         cgroup = JobCgroups.job_cgroup(slot, job_id)
         directory = self.execute_dir / job_id
@@ -188,23 +199,31 @@ class ProcessLauncher:
         handle = JobHandle(job_id=job_id, slot=slot, directory=directory, cgroup=cgroup)
 
         iwd = _in_scratch(runtime.working_directory, scratch) or str(scratch)
-        is_apptainer = isinstance(runtime, ApptainerRuntime)
         executable = runtime.executable
         if not executable.startswith("/"):
             executable = str(Path(iwd) / executable)
         argv = [executable, *runtime.arguments]
+        environment = job_environment(runtime, scratch=scratch, slot=slot)
         failure: JobResult | None = None
         image_test: list[str] | None = None
-        if isinstance(runtime, ApptainerRuntime):
-            apptainer = shutil.which("apptainer", path=self._search_path)
-            if apptainer is None:
-                failure = JobResult.failure(
-                    records.FAILED_TO_CREATE_PROCESS, errno.ENOENT, APPTAINER_MISSING, at=0.0
-                )
-            else:
-                argv = apptainer_command(apptainer, runtime, iwd=iwd, scratch=scratch)
-                image = _in_scratch(runtime.image, scratch) or runtime.image
-                image_test = [apptainer, "-s", "test", image]
+        try:
+            contained = self._in_apptainer(
+                runtime,
+                apptainer or ApptainerSettings.from_macros(),
+                job_ad_text,
+                machine_ad_text,
+                executable=executable,
+                iwd=iwd,
+                scratch=scratch,
+                environment=environment,
+            )
+        except KondorError as err:
+            failure = JobResult.failure(records.FAILED_TO_CREATE_PROCESS, 0, str(err), at=0.0)
+        else:
+            if isinstance(contained, JobResult):
+                failure = contained
+            elif contained is not None:
+                argv, environment, image_test = contained
         if failure is None and self.cgroups.enabled:
             try:
                 self.cgroups.create(cgroup, limits)
@@ -221,9 +240,7 @@ class ProcessLauncher:
             cgroup=cgroup,
             argv=argv,
             executable=executable,
-            environment=job_environment(
-                runtime, scratch=scratch, slot=slot, apptainer=is_apptainer
-            ),
+            environment=environment,
             iwd=iwd,
             scratch=str(scratch),
             input=_in_scratch(runtime.input, scratch),
@@ -249,6 +266,67 @@ class ProcessLauncher:
             return handle
         self._start_supervisor(directory)
         return handle
+
+    def _in_apptainer(
+        self,
+        runtime: ProcessRuntime | ApptainerRuntime,
+        settings: ApptainerSettings,
+        job_ad_text: str,
+        machine_ad_text: str,
+        *,
+        executable: str,
+        iwd: str,
+        scratch: Path,
+        environment: dict[str, str],
+    ) -> tuple[list[str], dict[str, str], list[str] | None] | JobResult | None:
+        """The Apptainer command line, environment and image test of a job that runs in
+        Apptainer (its runtime, or SINGULARITY_JOB); None for one that does not; a failed
+        result when no apptainer is installed."""
+        job_ad = parse_ad(job_ad_text, field="the job ad")
+        machine_ad = parse_ad(machine_ad_text, field="the machine ad")
+        if isinstance(runtime, ApptainerRuntime):
+            if not isinstance(job_ad.get("ContainerImage"), str):
+                job_ad["ContainerImage"] = runtime.image
+        elif not job_wants_apptainer(settings, machine_ad, job_ad):
+            return None
+        program = self._apptainer_program(settings)
+        if program is None:
+            return JobResult.failure(
+                records.FAILED_TO_CREATE_PROCESS, errno.ENOENT, APPTAINER_MISSING, at=0.0
+            )
+        command = apptainer_command(
+            settings,
+            program=program,
+            machine_ad=machine_ad,
+            job_ad=job_ad,
+            executable=executable,
+            arguments=list(runtime.arguments),
+            iwd=iwd,
+            scratch=str(scratch),
+            environment=environment,
+            pid_namespaces=settings.pid_namespaces(self._pid_namespaces_work),
+            is_dir=os.path.isdir,
+        )
+        test = command.test_argv if settings.test_before_job else None
+        return command.argv, command.environment, test
+
+    def _apptainer_program(self, settings: ApptainerSettings) -> str | None:
+        """SINGULARITY where the snippet sets it (a name is looked up on PATH), else the
+        `apptainer` or `singularity` on PATH."""
+        names = [settings.program] if settings.program else ["apptainer", "singularity"]
+        for name in names:
+            if "/" in name:
+                return name if os.access(name, os.X_OK) else None
+            found = shutil.which(name, path=self._search_path)
+            if found is not None:
+                return found
+        return None
+
+    def _pid_namespaces_work(self) -> bool:
+        """The PID namespace probe, run once per agent."""
+        if self._pid_namespaces is None:
+            self._pid_namespaces = self._probe_pid_namespaces()
+        return self._pid_namespaces
 
     def _start_supervisor(self, directory: Path) -> None:
         with open(directory / records.SUPERVISOR_LOG, "ab") as log:

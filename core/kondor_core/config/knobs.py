@@ -60,11 +60,34 @@ STARTD_KNOBS: Mapping[str, str] = {
         # How pod jobs are sized and prioritised (kondor_core.jobs.pod).
         "KONDOR_POD_MODE",
         "KONDOR_HARVEST_PRIORITY_CLASS",
+        # How an Apptainer job's command line is built ("Apptainer and Singularity Support";
+        # kondor_core.jobs.apptainer reads them).
+        "SINGULARITY",
+        "SINGULARITY_JOB",
+        "SINGULARITY_IMAGE_EXPR",
+        "SINGULARITY_BIND_EXPR",
+        "SINGULARITY_TARGET_DIR",
+        "SINGULARITY_EXTRA_ARGUMENTS",
+        "SINGULARITY_VERBOSITY",
+        "SINGULARITY_MOUNT_HOME",
+        "SINGULARITY_USE_PID_NAMESPACES",
+        "SINGULARITY_RUN_TEST_BEFORE_JOB",
+        "SINGULARITY_IGNORE_MISSING_BIND_TARGET",
+        "MOUNT_UNDER_SCRATCH",
     )
 }
 
 #: Startd knobs in `macros` whose value is a ClassAd expression: checked at compile.
-STARTD_EXPRESSION_KNOBS = frozenset({"WANT_HOLD", "WANT_HOLD_REASON", "WANT_HOLD_SUBCODE"})
+STARTD_EXPRESSION_KNOBS = frozenset(
+    {
+        "WANT_HOLD",
+        "WANT_HOLD_REASON",
+        "WANT_HOLD_SUBCODE",
+        "SINGULARITY_JOB",
+        "SINGULARITY_IMAGE_EXPR",
+        "SINGULARITY_BIND_EXPR",
+    }
+)
 
 #: Knobs the compiler reads by exact name (upper case).
 EXACT_KNOBS = frozenset(
@@ -143,12 +166,12 @@ UNIMPLEMENTED_PREFIXES: Mapping[str, str] = {
     "SCHEDD_": "it configures the schedd, not an execution point",
     "COLLECTOR_": "Kondor runs no collector",
     "DOCKER_": "jobs run as pods; container settings come from the job's pod template",
-    "SINGULARITY": "jobs run as pods; container settings come from the job's pod template",
-    "APPTAINER": "jobs run as pods; container settings come from the job's pod template",
+    "SINGULARITY": "Kondor builds the Apptainer command line from the SINGULARITY knobs of the "
+    'manual\'s "Apptainer and Singularity Support" only',
+    "APPTAINER": "Kondor reads HTCondor's SINGULARITY_* names for Apptainer",
     "CGROUP_": "the agent manages the job's cgroups through Kubernetes",
     "STARTER_": "Kondor's agent launches jobs; there is no condor_starter",
     "USE_PID_NAMESPACES": "jobs run as pods, each in its own namespaces",
-    "MOUNT_UNDER_SCRATCH": "jobs run as pods with their own filesystem",
     "HIBERNATION_": "Kondor does not put nodes to sleep",
     "UNHIBERNATE": "Kondor does not put nodes to sleep",
 }

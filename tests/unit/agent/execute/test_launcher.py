@@ -7,12 +7,13 @@ beyond what the process itself needs.
 from __future__ import annotations
 
 import errno
+import json
 import os
 import signal
-import stat
 import sys
 from pathlib import Path
 
+import apptainer_stand_in
 import pytest
 from execute_fakes import wait_for, wait_result
 
@@ -22,10 +23,10 @@ from kondor_agent.execute.launcher import (
     APPTAINER_MISSING,
     LaunchError,
     ProcessLauncher,
-    apptainer_command,
     environment_of,
 )
 from kondor_core.api import ApptainerRuntime, ProcessRuntime
+from kondor_core.jobs.apptainer import ApptainerSettings
 
 JOB_AD = 'ClusterId = 12\nProcId = 0\nOwner = "alice"\nCmd = "/bin/sh"'
 MACHINE_AD = 'Name = "slot1_1@node-a"\nCpus = 1\nMemory = 128'
@@ -219,91 +220,81 @@ def test_a_lost_supervisor_is_reported_not_waited_for(launcher: ProcessLauncher)
 
 
 # -- Apptainer ------------------------------------------------------------------------------
-
-STAND_IN = """#!/bin/sh
-# A stand-in for `apptainer exec` on a directory image: checks the form, then runs the command
-# on the host in --pwd with the APPTAINERENV_ variables, as -C (a clean environment) would.
-set -e
-[ "$1" = "-s" ] && shift
-if [ "$1" = "test" ]; then
-  # `apptainer test IMAGE`: the image's own test (its .singularity.d/test), else success.
-  [ -d "$2" ] || { echo "FATAL: could not open image $2" >&2; exit 255; }
-  [ -x "$2/.singularity.d/test" ] && exec "$2/.singularity.d/test"
-  exit 0
-fi
-[ "$1" = "exec" ] || { echo "expected exec, got $1" >&2; exit 255; }
-shift
-pwd_dir=.
-while [ $# -gt 0 ]; do
-  case "$1" in
-    --pwd) pwd_dir="$2"; shift 2;;
-    -S|-B|--bind) shift 2;;
-    --no-home|-C|--containall) shift;;
-    -*) echo "unknown option $1" >&2; exit 255;;
-    *) break;;
-  esac
-done
-image="$1"; shift
-[ -d "$image" ] || { echo "FATAL: could not open image $image" >&2; exit 255; }
-cd "$pwd_dir"
-exec env -i $(env | sed -n 's/^APPTAINERENV_//p') "$@"
-"""
+# The command line itself is kondor_core.jobs.apptainer's (tests/unit/jobs/test_apptainer.py);
+# here it runs, through the stand-in `apptainer` (inside a busybox image with bwrap).
 
 
-def test_apptainer_command_follows_the_manuals_starter_example(tmp_path: Path) -> None:
-    scratch = tmp_path / "dir_462373"
-    runtime = ApptainerRuntime(image="/images/debian", executable="demo", arguments=["3"])
-    command = apptainer_command("/usr/bin/apptainer", runtime, iwd=str(scratch), scratch=scratch)
-    # The manual: singularity -s exec -S /tmp -S /var/tmp --pwd /execute/dir_462373
-    #   -B /execute/dir_462373 --no-home -C /images/debian /execute/dir_462373/demo 3
-    assert command == [
-        "/usr/bin/apptainer", "-s", "exec", "-S", "/tmp", "-S", "/var/tmp",
-        "--pwd", str(scratch), "-B", str(scratch), "--no-home", "-C",
-        "/images/debian", f"{scratch}/demo", "3",
-    ]  # fmt: skip
+def apptainer_launcher(tmp_path: Path, *, pid_namespaces: bool = True) -> ProcessLauncher:
+    bin_dir = tmp_path / "bin"
+    apptainer_stand_in.install(bin_dir)
+    return ProcessLauncher(
+        tmp_path / "execute",
+        JobCgroups.disabled(),
+        search_path=str(bin_dir),
+        pid_namespaces=lambda: pid_namespaces,
+    )
 
 
 def test_apptainer_job_runs_through_apptainer_exec(tmp_path: Path) -> None:
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    apptainer = bin_dir / "apptainer"
-    apptainer.write_text(STAND_IN)
-    apptainer.chmod(apptainer.stat().st_mode | stat.S_IXUSR)
-    image = tmp_path / "image.dir"
-    image.mkdir()
-    launcher = ProcessLauncher(
-        tmp_path / "execute", JobCgroups.disabled(), search_path=str(bin_dir)
-    )
+    launcher = apptainer_launcher(tmp_path)
+    image = apptainer_stand_in.busybox_image(tmp_path / "image.dir")
     runtime = ApptainerRuntime(
         image=str(image),
         executable="/bin/sh",
-        arguments=["-c", 'echo "in $(pwd) slot=$_CONDOR_SLOT x=$X"'],
+        arguments=["-c", 'echo "in $(pwd) slot=$_CONDOR_SLOT x=$X pid=$$"; ls /'],
         environment={"X": "1"},
         output="out",
     )
     handle = launcher.launch("job-app", runtime, JOB_AD, MACHINE_AD, slot="slot1_3")
     result = wait_result(launcher, handle)
     assert result.state == "exited" and result.exit_code == 0, result
-    assert (handle.scratch / "out").read_text() == f"in {handle.scratch} slot=slot1_3 x=1\n"
+    said = (handle.scratch / "out").read_text().splitlines()
+    assert said[0].startswith(f"in {handle.scratch} slot=slot1_3 x=1 pid=")
+    argv = json.loads((handle.directory / records.SPEC).read_text())["argv"]
+    assert argv[1:] == [
+        "-s", "exec", "-S", "/tmp", "-S", "/var/tmp", "--pwd", str(handle.scratch),
+        "-B", str(handle.scratch), "--no-home", "-C", str(image), "/bin/sh", *runtime.arguments,
+    ]  # fmt: skip
+    if apptainer_stand_in.BWRAP:  # inside the image, in its own PID namespace (-C)
+        assert said[0].endswith("pid=1") or said[0].endswith("pid=2"), said
+        assert "busybox" not in said[1:] and "bin" in said[1:]
+
+
+def test_the_slot_policys_knobs_shape_the_container(tmp_path: Path) -> None:
+    """SINGULARITY_TARGET_DIR maps the scratch directory to /srv inside; SINGULARITY_JOB runs
+    a process job in the image SINGULARITY_IMAGE_EXPR names; no PID namespaces: no -C."""
+    launcher = apptainer_launcher(tmp_path, pid_namespaces=False)
+    image = apptainer_stand_in.busybox_image(tmp_path / "image.dir")
+    (image / "srv").mkdir()
+    settings = ApptainerSettings.from_macros(
+        {
+            "SINGULARITY_JOB": "true",
+            "SINGULARITY_IMAGE_EXPR": f'"{image}"',
+            "SINGULARITY_TARGET_DIR": "/srv",
+        }
+    )
+    runtime = sh('echo "$(pwd) $_CONDOR_SCRATCH_DIR $TMPDIR"', output="out")
+    handle = launcher.launch(
+        "job-srv", runtime, JOB_AD, MACHINE_AD, slot="slot1_1", apptainer=settings
+    )
+    result = wait_result(launcher, handle)
+    assert result.state == "exited" and result.exit_code == 0, result
+    argv = json.loads((handle.directory / records.SPEC).read_text())["argv"]
+    assert "-C" not in argv and argv[argv.index("--pwd") + 1] == "/srv"
+    if apptainer_stand_in.BWRAP:
+        assert (handle.scratch / "out").read_text() == "/srv /srv /srv\n"
 
 
 def test_an_image_whose_test_fails_holds_the_job_with_the_reason(tmp_path: Path) -> None:
     """The starter runs `apptainer test` on the image first; a failure holds the job
     (HoldReasonCode 41, SingularityTestFailed) with what the test said, and the job never
     runs."""
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    apptainer = bin_dir / "apptainer"
-    apptainer.write_text(STAND_IN)
-    apptainer.chmod(apptainer.stat().st_mode | stat.S_IXUSR)
-    image = tmp_path / "broken.dir"
+    launcher = apptainer_launcher(tmp_path)
+    image = apptainer_stand_in.busybox_image(tmp_path / "broken.dir")
     (image / ".singularity.d").mkdir(parents=True)
     test = image / ".singularity.d" / "test"
     test.write_text("#!/bin/sh\necho 'libc too old for this image' >&2\nexit 3\n")
     test.chmod(0o755)
-    launcher = ProcessLauncher(
-        tmp_path / "execute", JobCgroups.disabled(), search_path=str(bin_dir)
-    )
     runtime = ApptainerRuntime(
         image=str(image), executable="/bin/sh", arguments=["-c", "echo ran > ran"]
     )
@@ -320,6 +311,16 @@ def test_an_image_whose_test_fails_holds_the_job_with_the_reason(tmp_path: Path)
         launcher, launcher.launch("job-gone", gone, JOB_AD, MACHINE_AD, slot="slot1_3")
     )
     assert missing.hold_reason_code == 41 and "could not open image" in (missing.hold_reason or "")
+    # SINGULARITY_RUN_TEST_BEFORE_JOB = false: no test, the job runs (and its exec fails).
+    untested = launcher.launch(
+        "job-untested",
+        gone,
+        JOB_AD,
+        MACHINE_AD,
+        slot="slot1_3",
+        apptainer=ApptainerSettings.from_macros({"SINGULARITY_RUN_TEST_BEFORE_JOB": "false"}),
+    )
+    assert wait_result(launcher, untested).hold_reason_code != 41
 
 
 def test_apptainer_missing_holds_the_job_saying_so(launcher: ProcessLauncher) -> None:
