@@ -2,15 +2,19 @@
 
 What it does (DESIGN.md, "Node to ExecutionPoint"):
 
-* reads Nodes, ExecutionPoints and SlotPolicies through `@kopf.index` (no
-  change-detecting handlers, so no annotations are written on them) and, in one
-  serial reconciler task, applies what `kondor_core.fleet` plans: an
+* reads ExecutionPoints and SlotPolicies through `@kopf.index` (no
+  change-detecting handlers, so no annotations are written on them) and Node
+  metadata through a watch of its own (`kondor_operator.nodewatch`:
+  PartialObjectMetadata, so Node status heartbeats cost nothing) and, in one
+  reconciler task, applies what `kondor_core.fleet` plans, on a bounded pool of
+  writer threads paced by `--kube-qps`/`--kube-burst`: an
   ExecutionPoint per node that a valid SlotPolicy selects (owned by the Node,
   spec pinning the winning policy's name, generation and hash), deleted when no
   policy selects the node; SlotPolicy status (Valid, Ready, observedGeneration,
   selectedNodes, governedNodes, hash, warnings); the ExecutionPoint's
   `status.operator` subtree (policy tie, agent heartbeat freshness) by merge
-  patch, leaving the agent's fields alone; an Event for every change.
+  patch, leaving the agent's fields alone; an Event for every change (past an
+  allowance of 25, then one a second, a bulk change is summarised on its SlotPolicy).
 * refuses invalid SlotPolicies at admission (`kondor_operator.webhook`).
 * runs as one active replica under a Lease (`kondor_operator.leader`) and
   exports Prometheus metrics (`kondor_operator.metrics`).

@@ -8,6 +8,9 @@
   once every Node has been listed.
 * `@kopf.on.event` on ExecutionPoints and SlotPolicies: mark what changed for the
   reconciler.
+
+The handlers on ExecutionPoints run for every agent heartbeat, so they are coroutines:
+kopf runs a plain function on a thread of its executor, a hand-off per event.
 * `@kopf.on.validate` on SlotPolicies: refuse an invalid policy at `kubectl apply`
   with the field, the value and classad2's message.
 * ExecutionJob admission (owner, validity, immutability): `webhook.register_job_admission`.
@@ -70,12 +73,12 @@ def register(
             return connection
 
     @kopf.index(GROUP, VERSION, EXECUTION_POINTS, id=EXECUTION_POINTS_INDEX, registry=registry)
-    def index_execution_point(body: kopf.Body, **_: Any) -> dict[str, ExecutionPointEntry]:
+    async def index_execution_point(body: kopf.Body, **_: Any) -> dict[str, ExecutionPointEntry]:
         entry = execution_point_entry(body)
         return {entry.observed.name: entry}
 
     @kopf.index(GROUP, VERSION, SLOT_POLICIES, id=SLOT_POLICIES_INDEX, registry=registry)
-    def index_slot_policy(body: kopf.Body, **_: Any) -> dict[str, ObservedPolicy]:
+    async def index_slot_policy(body: kopf.Body, **_: Any) -> dict[str, ObservedPolicy]:
         policy = slot_policy_entry(body)
         return {policy.name: policy}
 
@@ -114,11 +117,11 @@ def register(
     @kopf.on.event(
         GROUP, VERSION, EXECUTION_POINTS, id="execution-point-changed", registry=registry
     )
-    def execution_point_changed(name: str, **_: Any) -> None:
+    async def execution_point_changed(name: str, **_: Any) -> None:
         reconciler.touch(name)
 
     @kopf.on.event(GROUP, VERSION, SLOT_POLICIES, id="slot-policy-changed", registry=registry)
-    def slot_policy_changed(**_: Any) -> None:
+    async def slot_policy_changed(**_: Any) -> None:
         reconciler.touch_all()
 
     if webhook:
