@@ -6,14 +6,16 @@ snippet sets with HTCondor's names (`ExecuteSettings.from_macros`):
 
 - CGROUP_MEMORY_LIMIT_POLICY `hard`: the hard limit is the slot's Memory and the
   soft limit 90% of it; `soft`: the soft limit is the slot's Memory and the hard
-  limit the whole startd's memory (TotalMemory); `none`: no memory limit. The
-  reference gives `none` as its default; Kondor defaults to `hard`, as HTCondor
-  itself has since 9.0, because a node owner lends memory only when a job cannot
-  take more than its slot.
-- DISABLE_SWAP_FOR_JOB (default false): with a memory policy, the job may not swap
+  limit the whole startd's memory (TotalMemory); `none`: no memory limit.
+- DISABLE_SWAP_FOR_JOB: with a memory policy, the job may not swap
   (v1: memory.memsw.limit_in_bytes equal to the hard limit; v2: memory.swap.max 0),
   so a job over its memory is held rather than thrashing. Without it swap is left
   to the kernel (HTCondor's per-slot VirtualMemory cap is not carried out).
+
+The defaults of those two are HTCondor's, read from the one table of defaults
+(`kondor_core.config.templates.BUILTIN_MACROS`, generated from HTCondor 25.14's param
+table: `hard` and `true`; the reference's older text gives `none`). Only Kondor's own
+knobs below have their defaults here.
 - A CPU weight of the slot's Cpus * 100 (v1 `cpu.shares`, v2 `cpu.weight`), which
   shares the node between busy slots by their sizes and lets one job use idle cores.
 - Kondor's own knobs, for what HTCondor has no knob for: KONDOR_JOB_CPU_HARD_LIMIT
@@ -27,6 +29,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from enum import StrEnum
+
+from kondor_core.config.templates import BUILTIN_MACROS
 
 #: HTCondor writes Cpus * 100 into cpu.shares; v2's cpu.weight has the same scale (100 = one CPU).
 SHARES_PER_CPU = 100
@@ -58,12 +62,49 @@ class SettingsError(ValueError):
     """A knob's value is not one Kondor understands; the message names knob, value and choices."""
 
 
+def _boolean(knob: str, text: str) -> bool:
+    """HTCondor's boolean knob values: true/false (any case), or a number (non-zero is true)."""
+    word = text.strip().lower()
+    if word in ("true", "yes", "t", "y"):
+        return True
+    if word in ("false", "no", "f", "n"):
+        return False
+    try:
+        return float(word) != 0
+    except ValueError:
+        raise SettingsError(f"{knob} = {text.strip()}: not a boolean; use true or false") from None
+
+
+def _memory_policy(text: str) -> MemoryLimitPolicy:
+    try:
+        return MemoryLimitPolicy(text.strip().lower())
+    except ValueError:
+        allowed = ", ".join(p.value for p in MemoryLimitPolicy)
+        raise SettingsError(
+            f"{MEMORY_POLICY_KNOB} = {text.strip()}: not a policy; use one of {allowed}"
+        ) from None
+
+
+def htcondor_default(knob: str) -> str:
+    """The knob's default in the one table of defaults (HTCondor's, with Kondor's few
+    deliberate differences); names are case-insensitive."""
+    for name, value in BUILTIN_MACROS.items():
+        if name.upper() == knob:
+            return value
+    raise KeyError(f"{knob} has no default in the table of HTCondor's defaults")
+
+
+#: HTCondor's defaults of the two knobs, from the one table.
+DEFAULT_MEMORY_POLICY = _memory_policy(htcondor_default(MEMORY_POLICY_KNOB))
+DEFAULT_DISABLE_SWAP = _boolean(DISABLE_SWAP_KNOB, htcondor_default(DISABLE_SWAP_KNOB))
+
+
 @dataclass(frozen=True)
 class ExecuteSettings:
-    """How the node limits its jobs: the knobs above, parsed."""
+    """How the node limits its jobs: the knobs above, parsed; HTCondor's defaults."""
 
-    memory_policy: MemoryLimitPolicy = MemoryLimitPolicy.HARD
-    disable_swap: bool = False
+    memory_policy: MemoryLimitPolicy = DEFAULT_MEMORY_POLICY
+    disable_swap: bool = DEFAULT_DISABLE_SWAP
     cpu_hard_limit: bool = False
     pids_max: int | None = None
 
@@ -74,14 +115,7 @@ class ExecuteSettings:
         settings = cls()
         text = upper.get(MEMORY_POLICY_KNOB)
         if text is not None and text.strip():
-            word = text.strip().lower()
-            try:
-                settings = replace(settings, memory_policy=MemoryLimitPolicy(word))
-            except ValueError:
-                allowed = ", ".join(p.value for p in MemoryLimitPolicy)
-                raise SettingsError(
-                    f"{MEMORY_POLICY_KNOB} = {text.strip()}: not a policy; use one of {allowed}"
-                ) from None
+            settings = replace(settings, memory_policy=_memory_policy(text))
         text = upper.get(DISABLE_SWAP_KNOB)
         if text is not None and text.strip():
             settings = replace(settings, disable_swap=_boolean(DISABLE_SWAP_KNOB, text))
@@ -101,19 +135,6 @@ class ExecuteSettings:
                 )
             settings = replace(settings, pids_max=pids)
         return settings
-
-
-def _boolean(knob: str, text: str) -> bool:
-    """HTCondor's boolean knob values: true/false (any case), or a number (non-zero is true)."""
-    word = text.strip().lower()
-    if word in ("true", "yes", "t", "y"):
-        return True
-    if word in ("false", "no", "f", "n"):
-        return False
-    try:
-        return float(word) != 0
-    except ValueError:
-        raise SettingsError(f"{knob} = {text.strip()}: not a boolean; use true or false") from None
 
 
 @dataclass(frozen=True)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from kondor_agent.execute.limits import (
@@ -12,19 +14,22 @@ from kondor_agent.execute.limits import (
     cpu_quota_us,
     cpu_shares,
     cpu_weight,
+    htcondor_default,
     slot_limits,
 )
+from kondor_core.config.htcondor_defaults import HTCONDOR_DEFAULTS
+from kondor_core.config.templates import BUILTIN_MACROS
 
 MIB = 1 << 20
-HARD = ExecuteSettings()
-SOFT = ExecuteSettings(memory_policy=MemoryLimitPolicy.SOFT)
-NONE = ExecuteSettings(memory_policy=MemoryLimitPolicy.NONE)
+HARD = ExecuteSettings(memory_policy=MemoryLimitPolicy.HARD, disable_swap=False)
+SOFT = ExecuteSettings(memory_policy=MemoryLimitPolicy.SOFT, disable_swap=False)
+NONE = ExecuteSettings(memory_policy=MemoryLimitPolicy.NONE, disable_swap=False)
 
 
 @pytest.mark.parametrize(
     ("cpus", "memory_mib", "settings", "expected"),
     [
-        # hard (the default): the slot's Memory, soft limit at 90% of it ("Limiting Resource
+        # hard: the slot's Memory, soft limit at 90% of it ("Limiting Resource
         # Usage Using Cgroups").
         (1, 1000, HARD, CgroupLimits(1000 * MIB, 900 * MIB, cpu_weight_cpus=1)),
         # soft: the soft limit at the slot's Memory, the hard one at the startd's whole memory.
@@ -45,18 +50,20 @@ NONE = ExecuteSettings(memory_policy=MemoryLimitPolicy.NONE)
             ExecuteSettings(memory_policy=MemoryLimitPolicy.NONE, disable_swap=True),
             CgroupLimits(cpu_weight_cpus=1),
         ),
+        # HTCondor's defaults: hard, and no swap.
+        (1, 100, ExecuteSettings(), CgroupLimits(100 * MIB, 90 * MIB, 0, cpu_weight_cpus=1)),
         # The CPU cap and the pids limit (Kondor's knobs).
         (
             2,
             100,
-            ExecuteSettings(cpu_hard_limit=True, pids_max=64),
+            ExecuteSettings(disable_swap=False, cpu_hard_limit=True, pids_max=64),
             CgroupLimits(100 * MIB, 90 * MIB, cpu_weight_cpus=2, cpu_quota_cpus=2, pids_max=64),
         ),
         # A 0-CPU slot still gets a small weight and no quota.
         (
             0,
             64,
-            ExecuteSettings(cpu_hard_limit=True),
+            ExecuteSettings(disable_swap=False, cpu_hard_limit=True),
             CgroupLimits(64 * MIB, int(64 * MIB * 0.9), cpu_weight_cpus=0.01),
         ),
     ],
@@ -74,6 +81,27 @@ def test_soft_policy_without_the_machine_memory_sets_no_hard_limit() -> None:
     )
 
 
+def test_the_defaults_are_htcondors_from_the_one_table() -> None:
+    """CGROUP_MEMORY_LIMIT_POLICY and DISABLE_SWAP_FOR_JOB unset are HTCondor 25's defaults
+    (hard, true), as the table generated from its param table gives them."""
+    assert HTCONDOR_DEFAULTS["CGROUP_MEMORY_LIMIT_POLICY"] == "hard"
+    assert HTCONDOR_DEFAULTS["DISABLE_SWAP_FOR_JOB"] == "true"
+    assert (
+        htcondor_default("CGROUP_MEMORY_LIMIT_POLICY")
+        == BUILTIN_MACROS["CGROUP_MEMORY_LIMIT_POLICY"]
+    )
+    assert (
+        ExecuteSettings()
+        == ExecuteSettings.from_macros({})
+        == ExecuteSettings(
+            memory_policy=MemoryLimitPolicy(BUILTIN_MACROS["CGROUP_MEMORY_LIMIT_POLICY"]),
+            disable_swap=BUILTIN_MACROS["DISABLE_SWAP_FOR_JOB"] == "true",
+            cpu_hard_limit=False,
+            pids_max=None,
+        )
+    )
+
+
 @pytest.mark.parametrize(
     ("macros", "expected"),
     [
@@ -82,12 +110,12 @@ def test_soft_policy_without_the_machine_memory_sets_no_hard_limit() -> None:
             {"CGROUP_MEMORY_LIMIT_POLICY": "Soft", "DISABLE_SWAP_FOR_JOB": "True"},
             ExecuteSettings(memory_policy=MemoryLimitPolicy.SOFT, disable_swap=True),
         ),
-        ({"cgroup_memory_limit_policy": "none"}, NONE),
+        ({"cgroup_memory_limit_policy": "none"}, replace(NONE, disable_swap=True)),
         (
             {"KONDOR_JOB_CPU_HARD_LIMIT": "1", "KONDOR_JOB_PIDS_MAX": "4096"},
             ExecuteSettings(cpu_hard_limit=True, pids_max=4096),
         ),
-        ({"DISABLE_SWAP_FOR_JOB": "false", "OTHER": "x"}, ExecuteSettings()),
+        ({"DISABLE_SWAP_FOR_JOB": "false", "OTHER": "x"}, HARD),
     ],
 )
 def test_settings_from_the_policy_macros(macros: dict[str, str], expected: ExecuteSettings) -> None:
