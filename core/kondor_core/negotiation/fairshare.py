@@ -30,7 +30,8 @@ import classad2
 
 from kondor_core.classads import parse_expr
 from kondor_core.negotiation.accountant import pie
-from kondor_core.negotiation.negotiator import IdleJob, Matched, Matchmaker
+from kondor_core.negotiation.autocluster import IndexedMatchmaker
+from kondor_core.negotiation.negotiator import IdleJob, Matched
 from kondor_core.policy.evaluation import number
 
 #: Slack for comparing weights with limits (slices are floats).
@@ -99,7 +100,9 @@ def negotiate_fair(
     (weighted; `free` plus `usage` when not given) less `usage` (weighted resources each
     submitter holds now); `free` is what the offers have unclaimed. The offers are not
     modified."""
-    matchmaker = Matchmaker(offers, consider_preemption=consider_preemption)
+    matchmaker = IndexedMatchmaker(
+        offers, consider_preemption=consider_preemption, jobs=[job.ad for job in jobs]
+    )
     queues: dict[str, deque[IdleJob]] = {}
     for job in sorted(jobs, key=lambda j: (-j.priority, j.order)):
         queues.setdefault(job.submitter, deque()).append(job)

@@ -258,3 +258,13 @@ def shortfall(ad: Any, job: Any) -> str | None:
 def evaluate_slot(ad: Any, attribute: str, job: Any) -> Any:
     """A slot expression (START, RANK) evaluated for `job`, as the negotiator does."""
     return _evaluate(ad, attribute, job)
+
+
+def consumption(ad: Any, job: Any) -> dict[str, float]:
+    """What `job` takes of the slot `ad`, by attribute (`_consumption`)."""
+    return _consumption(ad, job)
+
+
+def consume(ad: Any, job: Any) -> None:
+    """Take what `job` consumes off the (cycle's copy of the) partitionable slot ad `ad`."""
+    _consume(ad, job)

@@ -1,0 +1,376 @@
+"""Autoclusters and a slot index, so that a cycle does not evaluate every job against every
+slot (DESIGN.md, "Scale"; the condor_negotiator's autoclusters and its slot cache).
+
+- **Autoclusters.** Two jobs whose significant attributes are equal match the same slots the
+  same way. The significant attributes are those the slots' expressions (START, RANK,
+  Requirements, Consumption*, and the slot attributes those refer to) and the job's own
+  Requirements and Rank refer to, with the job's requests. A job's autocluster is the values
+  of those attributes; the cycle evaluates each autocluster, not each job.
+- **Slot classes.** Likewise two slots whose attributes the jobs' Requirements and Rank and
+  the slots' own expressions refer to are equal (a node's identical one-core static slots,
+  the same machine type across nodes) answer every job the same: each autocluster is
+  evaluated against each slot class once (its Requirements, the class's START and RANK).
+- **Slot index.** Within an accepting class the slots are taken in condor_status order;
+  what the job requests (cpus, memory, disk, GPUs) is checked numerically before anything
+  else, and taken static slots are skipped by a pointer, not re-examined.
+- **Rejected autoclusters.** An autocluster no slot takes is not tried again in the cycle,
+  as HTCondor does: nothing a cycle does gives slots back.
+
+It is `negotiator.Matchmaker`'s drop-in (same `match`), and decides as it does: the best
+slot by job Rank, an idle slot before a preempted claim, slot RANK, then slot order. One
+approximation: a partitionable slot that has already given part of itself this cycle is
+re-checked alone (Requirements, START and resources) when picked, but keeps the place its
+class's RANK gave it at the start of the cycle.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from functools import lru_cache
+from typing import Any
+
+import classad2
+
+from kondor_core.negotiation.negotiator import (
+    IdleJob,
+    Matched,
+    Matchmaker,
+    consume,
+    shortfall,
+)
+from kondor_core.policy.evaluation import describe, number, truth
+
+_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+#: Slot attributes that always decide what a slot offers.
+_SLOT_FIXED = ("State", "Activity", "PartitionableSlot", "CurrentRank", "Requirements", "Start")
+#: The slot expressions the negotiator evaluates, whose references make slots differ.
+_SLOT_ROOTS = ("Start", "Rank", "Requirements")
+#: Resources whose Consumption<Res> expressions a slot may have (consumption policy).
+_CONSUMPTION = ("ConsumptionCpus", "ConsumptionMemory", "ConsumptionDisk", "ConsumptionGPUs")
+#: The job's requests: always significant.
+_JOB_REQUESTS = ("RequestCpus", "RequestMemory", "RequestDisk", "RequestGPUs")
+#: The resources every job's request is checked for without ClassAd evaluation.
+_STANDARD_RESOURCES = ("Cpus", "Memory", "Disk", "GPUs")
+#: Up to this many slots the plain Matchmaker decides (one reason per slot for a job no
+#: slot takes); beyond, the index does, and the reason is a summary with counts.
+SMALL_POOL = 64
+
+
+@lru_cache(maxsize=8192)
+def identifiers(text: str) -> frozenset[str]:
+    """The names an expression's text refers to, quoted strings left out (`TARGET.Cpus`
+    gives TARGET and Cpus: a superset is harmless)."""
+    unquoted = re.sub(r'"(?:[^"\\]|\\.)*"', '""', text)
+    return frozenset(_IDENTIFIER.findall(unquoted))
+
+
+def _closure(ads: Sequence[Any], names: Iterable[str]) -> list[str]:
+    """`names` and the attributes the expressions of those names (in any of `ads`) refer
+    to, transitively."""
+    seen: dict[str, None] = {}
+    todo = list(names)
+    while todo:
+        name = todo.pop()
+        if name in seen:
+            continue
+        seen[name] = None
+        for ad in ads:
+            value = ad.get(name)
+            if isinstance(value, classad2.ExprTree):
+                todo.extend(identifiers(str(value)) - seen.keys())
+    return list(seen)
+
+
+def evaluate(my: Any, target: Any, attribute: str) -> Any:
+    """MY's `attribute` evaluated against TARGET with HTCondor's lookup (unqualified names
+    in MY, then TARGET), as `classads.match_scope` does, but copying only the attributes
+    the expression refers to: the cost of one evaluation does not grow with the ads."""
+    value = my.get(attribute)
+    if not isinstance(value, classad2.ExprTree):
+        return value
+    refs = identifiers(str(value))
+    if not refs:
+        return value.eval()
+    scope: dict[str, Any] = {}
+    for name in _closure((my, target), refs):
+        if name in my:
+            scope[name] = my.lookup(name)
+        elif name in target:
+            scope[name] = target.lookup(name)
+    return value.eval(classad2.ClassAd(scope), target)
+
+
+def _plain(value: Any) -> float:
+    return number(value) or 0.0
+
+
+@dataclass
+class _Group:
+    """The slots one autocluster ranks alike, in condor_status order, with the first one
+    still worth looking at: a slot taken, or too small for this autocluster's requests,
+    stays so for the rest of the cycle (resources only shrink within a cycle)."""
+
+    rank: tuple[float, int, float]
+    members: list[int]
+    first: int = 0
+
+
+@dataclass
+class _Autocluster:
+    groups: list[_Group] = field(default_factory=list)
+    reasons: list[str] = field(default_factory=list)
+    rejected: str | None = None
+    #: What each job of it requests of the standard resources (None: it requests a custom
+    #: resource or by expression, and each slot is checked with the negotiator's own rule).
+    needs: dict[str, int] | None = None
+
+
+class IndexedMatchmaker:
+    """`negotiator.Matchmaker` over autoclusters and slot classes (module docstring)."""
+
+    def __init__(
+        self,
+        offers: Sequence[Any],
+        *,
+        consider_preemption: bool = True,
+        jobs: Iterable[Any] = (),
+        small_pool: int = SMALL_POOL,
+    ) -> None:
+        self.ads = list(offers)
+        self.consider_preemption = consider_preemption
+        self._taken: set[int] = set()
+        self._consumed: set[int] = set()
+        self._plain: Matchmaker | None = None
+        self._autoclusters: dict[tuple[Any, ...], _Autocluster] = {}
+        self._groupings: dict[tuple[str, ...], dict[tuple[Any, ...], list[int]]] = {}
+        self._base: list[int] = []
+        self._slot_refs: list[str] = []
+        self._consumes: list[bool] = []
+        if len(self.ads) <= small_pool:
+            self._plain = Matchmaker(self.ads, consider_preemption=consider_preemption)
+            return
+        del jobs  # the job side is keyed per autocluster
+        self._classify()
+
+    @property
+    def slot_classes(self) -> int:
+        return len(set(self._base))
+
+    @property
+    def autoclusters(self) -> int:
+        return len(self._autoclusters)
+
+    def _classify(self) -> None:
+        """Each slot's base class: the values of what the slots' own expressions refer to."""
+        closures: dict[tuple[str, ...], list[str]] = {}
+        keys: dict[tuple[Any, ...], int] = {}
+        refs: dict[str, None] = {}
+        for ad in self.ads:
+            texts = tuple(str(ad.get(name)) for name in (*_SLOT_ROOTS, *_CONSUMPTION))
+            names = closures.get(texts)
+            if names is None:
+                roots = [
+                    n
+                    for n, t in zip((*_SLOT_ROOTS, *_CONSUMPTION), texts, strict=True)
+                    if t != "None"
+                ]
+                names = sorted(set(_closure((ad,), roots)) | set(_SLOT_FIXED))
+                closures[texts] = names
+                refs.update(dict.fromkeys(names))
+            key = (texts, *(str(ad.get(name)) for name in names))
+            self._base.append(keys.setdefault(key, len(keys)))
+            self._consumes.append(any(t != "None" for t in texts[len(_SLOT_ROOTS) :]))
+        self._slot_refs = list(refs)
+
+    def _grouping(self, names: tuple[str, ...]) -> dict[tuple[Any, ...], list[int]]:
+        """The slots by base class and the values of `names` (what an autocluster's
+        Requirements and Rank refer to), each in condor_status order."""
+        found = self._groupings.get(names)
+        if found is None:
+            found = {}
+            for index, ad in enumerate(self.ads):
+                key = (self._base[index], *(str(ad.get(name)) for name in names))
+                found.setdefault(key, []).append(index)
+            self._groupings[names] = found
+        return found
+
+    def _job_key(self, job: Any) -> tuple[tuple[str, ...], tuple[Any, ...]]:
+        """What the job's autocluster is: the slot attributes its Requirements and Rank
+        refer to, and the values of its significant attributes (its Requirements, Rank and
+        requests, what the slots' expressions refer to, and what those refer to in turn)."""
+        texts = []
+        refs: set[str] = set()
+        for name in ("Requirements", "Rank"):
+            value = job.get(name)
+            texts.append(str(value))
+            if isinstance(value, classad2.ExprTree):
+                refs |= identifiers(texts[-1])
+        slot_names = tuple(sorted(refs))
+        values: list[Any] = [*texts]
+        todo = [*_JOB_REQUESTS, *refs, *self._slot_refs]
+        seen: set[str] = {"Requirements", "Rank"}
+        while todo:
+            name = todo.pop()
+            if name in seen:
+                continue
+            seen.add(name)
+            value = job.get(name)
+            if value is None:
+                continue
+            if isinstance(value, classad2.ExprTree):
+                text = str(value)
+                todo.extend(identifiers(text))
+                values.append((name, text))
+            else:
+                values.append((name, value))
+        return slot_names, tuple(sorted(values, key=str))
+
+    # -- evaluation
+
+    def _verdict(self, job: Any, ad: Any) -> tuple[float, int, float] | str:
+        """The slot's ranks for the job (job Rank, 1 for an idle slot / 0 for a claim to
+        preempt, slot RANK), or why it takes no match from the job (resources apart)."""
+        state = ad.get("State")
+        name = ad.get("Name")
+        if ad.get("Requirements") is False:
+            return f"{name} is {state}/{ad.get('Activity')} and takes no match"
+        partitionable = ad.get("PartitionableSlot") is True
+        slot_rank = _plain(evaluate(ad, job, "Rank"))
+        preempts = (
+            self.consider_preemption
+            and state == "Claimed"
+            and slot_rank > _plain(ad.get("CurrentRank"))
+        )
+        open_states = ("Unclaimed",) if partitionable else ("Unclaimed", "Backfill")
+        if not preempts and state not in open_states:
+            return f"{name} is {state}"
+        if "Requirements" in job and truth(evaluate(job, ad, "Requirements")) is not True:
+            return f"{name}: the job's Requirements are not TRUE for it"
+        start = evaluate(ad, job, "Start")
+        if truth(start) is not True:
+            return f"{name}: START is {describe(start)} for the job"
+        return (_plain(evaluate(job, ad, "Rank")), 0 if preempts else 1, slot_rank)
+
+    def _autocluster(self, job: Any) -> _Autocluster:
+        slot_names, values = self._job_key(job)
+        key = (slot_names, values)
+        found = self._autoclusters.get(key)
+        if found is not None:
+            return found
+        made = _Autocluster(needs=_needs(job))
+        ranked: dict[tuple[float, int, float], list[int]] = {}
+        for members in self._grouping(slot_names).values():
+            verdict = self._verdict(job, self.ads[members[0]])
+            if isinstance(verdict, str):
+                made.reasons.append(f"{len(members)} slot(s) like {verdict}")
+                continue
+            ranked.setdefault(verdict, []).extend(members)
+        made.groups = [
+            _Group(rank, sorted(members))
+            for rank, members in sorted(ranked.items(), key=lambda item: item[0], reverse=True)
+        ]
+        self._autoclusters[key] = made
+        return made
+
+    # -- matching
+
+    def match(self, job: IdleJob) -> Matched | str:
+        """The job's match (and the slot's share taken), or why no slot took it."""
+        if self._plain is not None:
+            return self._plain.match(job)
+        cluster = self._autocluster(job.ad)
+        if cluster.rejected is not None:
+            return cluster.rejected
+        for group in cluster.groups:
+            index = self._first_fit(group, job.ad, cluster.needs)
+            if index is not None:
+                rank, idle, slot_rank = group.rank
+                return self._take(
+                    job, index, rank, slot_rank, preempts=idle == 0, needs=cluster.needs
+                )
+        parts = list(cluster.reasons[:5])
+        if len(cluster.reasons) > 5:
+            parts.append(f"and {len(cluster.reasons) - 5} more kinds of slot")
+        if cluster.groups:
+            accepting = sum(len(group.members) for group in cluster.groups)
+            parts.append(f"{accepting} slot(s) accept the job but are taken or too small for it")
+        cluster.rejected = "; ".join(parts) or "no slot is Unclaimed"
+        return cluster.rejected
+
+    def _fits(self, index: int, job: Any, needs: dict[str, int] | None) -> bool:
+        ad = self.ads[index]
+        if needs is None or self._consumes[index]:
+            return shortfall(ad, job) is None
+        for attribute, amount in needs.items():
+            if (
+                amount
+                and (attribute != "GPUs" or "GPUs" in ad)
+                and amount > _plain(ad.get(attribute))
+            ):
+                return False
+        return True
+
+    def _first_fit(self, group: _Group, job: Any, needs: dict[str, int] | None) -> int | None:
+        """The first slot of the group with what the job needs, the group's pointer moved
+        past slots taken or too small."""
+        members = group.members
+        position = group.first
+        while position < len(members):
+            index = members[position]
+            if index in self._taken or not self._fits(index, job, needs):
+                if position == group.first:
+                    group.first += 1
+                position += 1
+                continue
+            if index in self._consumed and isinstance(self._verdict(job, self.ads[index]), str):
+                position += 1
+                continue
+            return index
+        return None
+
+    def _take(
+        self,
+        job: IdleJob,
+        index: int,
+        rank: float,
+        slot_rank: float,
+        *,
+        preempts: bool,
+        needs: dict[str, int] | None,
+    ) -> Matched:
+        ad = self.ads[index]
+        if ad.get("PartitionableSlot") is True and not preempts:
+            if index not in self._consumed:
+                self.ads[index] = ad = copy.deepcopy(ad)
+                self._consumed.add(index)
+            if needs is None or self._consumes[index]:
+                consume(ad, job.ad)
+            else:
+                for attribute, amount in needs.items():
+                    if amount and attribute in ad:
+                        left = _plain(ad.get(attribute)) - amount
+                        ad[attribute] = int(left) if float(left).is_integer() else left
+        else:
+            self._taken.add(index)
+        return Matched(job.id, str(ad.get("Name")), rank, slot_rank, preempts)
+
+
+def _needs(job: Any) -> dict[str, int] | None:
+    """The standard resources a job requests, as the negotiator counts them (a job with no
+    RequestCpus takes one core), or None when it requests more than these or by an
+    expression."""
+    needs: dict[str, int] = {}
+    for key in job.keys():  # noqa: SIM118 - classad2 ads iterate like this
+        if key.startswith("Request") and key[7:] not in _STANDARD_RESOURCES:
+            return None
+    for attribute in _STANDARD_RESOURCES:
+        value = job.get(f"Request{attribute}", 1 if attribute == "Cpus" else 0)
+        if isinstance(value, classad2.ExprTree):
+            return None
+        amount = number(value)
+        needs[attribute] = math.ceil(amount) if amount is not None and amount > 0 else 0
+    return needs
