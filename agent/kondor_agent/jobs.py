@@ -114,6 +114,51 @@ class Usage:
     num_pids: int | None = None
 
 
+#: The job usage attributes a busy slot's ad carries (HTCondor's names), for the coalescer:
+#: they change every polling interval and are written with the next update, not at once.
+SLOT_USAGE_ATTRIBUTES = frozenset(
+    {
+        "CondorLoadAvg",
+        "RemoteUserCpu",
+        "RemoteSysCpu",
+        "ImageSize",
+        "MemoryUsage",
+        "ResidentSetSize",
+        "NumPids",
+    }
+)
+
+
+def slot_usage_attributes(
+    usage: Usage, *, load: float | None
+) -> dict[str, bool | int | float | str]:
+    """A slot's job usage as its ad names it: the slot's CondorLoadAvg (the cores its job's
+    cgroup used over the last polling interval, 0 while no earlier sample exists), the job's
+    RemoteUserCpu and RemoteSysCpu (s), ImageSize (KiB, the peak), MemoryUsage (MiB) and
+    ResidentSetSize (KiB) now, and NumPids: the names and units of the job's status."""
+    out: dict[str, bool | int | float | str] = {"CondorLoadAvg": round(load or 0.0, 2)}
+    if usage.user_cpu is not None:
+        out["RemoteUserCpu"] = round(usage.user_cpu, 2)
+    if usage.sys_cpu is not None:
+        out["RemoteSysCpu"] = round(usage.sys_cpu, 2)
+    peak = usage.peak_memory_mib if usage.peak_memory_mib is not None else usage.memory_mib
+    if peak is not None:
+        out["ImageSize"] = peak * 1024
+    if usage.memory_mib is not None:
+        out["MemoryUsage"] = usage.memory_mib
+        out["ResidentSetSize"] = usage.memory_mib * 1024
+    if usage.num_pids is not None:
+        out["NumPids"] = usage.num_pids
+    return out
+
+
+def cpu_load(previous: tuple[float, float] | None, now: float, cpu: float) -> float | None:
+    """The cores used between a sample `previous` (time, CPU seconds) and (`now`, `cpu`)."""
+    if previous is None or now <= previous[0]:
+        return None
+    return max(0.0, cpu - previous[1]) / (now - previous[0])
+
+
 @runtime_checkable
 class Measuring(Protocol):
     """A launcher that can say what a running job uses."""
@@ -141,6 +186,9 @@ class _Running:
     suspended: bool = False
     #: When its usage was last written (the clock's time).
     measured: float = 0.0
+    #: Its CPU seconds (user + system) at the last slot-ad sample, and when: CondorLoadAvg.
+    cpu_sample: tuple[float, float] | None = None
+    cpu_load: float | None = None
 
 
 @dataclass
@@ -390,6 +438,26 @@ class JobRunner:
                 **measured,
             ),
         )
+
+    def slot_usage(self, now: float) -> dict[str, dict[str, bool | int | float | str]]:
+        """Per busy slot, its job's usage for the slot ad (`slot_usage_attributes`): one
+        reading of each running job's cgroup, each polling interval."""
+        out: dict[str, dict[str, bool | int | float | str]] = {}
+        if not isinstance(self.launcher, Measuring):
+            return out
+        for run in self.running.values():
+            usage = self.launcher.usage(run.handle)
+            if usage is None:
+                continue
+            cpu = (usage.user_cpu or 0.0) + (usage.sys_cpu or 0.0)
+            load = cpu_load(run.cpu_sample, now, cpu)
+            if load is None and run.cpu_sample is not None:
+                load = run.cpu_load  # sampled twice at one time: the last interval's load
+            else:
+                run.cpu_sample = (now, cpu)
+            run.cpu_load = load
+            out[run.slot] = slot_usage_attributes(usage, load=load)
+        return out
 
     def _report_usage(self, run: _Running) -> None:
         """Write what the running job uses now (CPU time, memory, processes)."""

@@ -343,12 +343,19 @@ def _follow(startd: Startd, actions: Sequence[Action], ads: Mapping[str, Any]) -
     return tuple(slots)
 
 
-def published_ads(startd: Startd, live: Mapping[str, Fact], now: float) -> list[SlotAd]:
+def published_ads(
+    startd: Startd,
+    live: Mapping[str, Fact],
+    now: float,
+    usage: Mapping[str, Mapping[str, Fact]] | None = None,
+) -> list[SlotAd]:
     """Every slot ad as published at `now`: the layout's ad and the live facts, with what the
     engine advertises laid over them (State, Activity, Entered*, CurrentRank, RemoteOwner,
     JobId, and Requirements FALSE while the slot takes no match), the clock (MyCurrentTime,
     ClockMin, ClockDay), STARTD_SLOT_ATTRS' `slot<N>_<attr>`, and a partitionable slot's
-    ChildState/ChildActivity from its dynamic slots' states."""
+    ChildState/ChildActivity from its dynamic slots' states. `usage`, per slot name, is what
+    the slot's job uses as the starter reports it (the slot's own CondorLoadAvg, the load of
+    its job's cgroup, and RemoteUserCpu, ImageSize, MemoryUsage, ...), laid over last."""
     now = whole_seconds(now)
     engine = startd.engine
     states = {slot.name: slot for slot in startd.state.slots}
@@ -380,6 +387,9 @@ def published_ads(startd: Startd, live: Mapping[str, Fact], now: float) -> list[
                 children = [states.get(name) for name in attributes.get("ChildName", [])]
                 attributes["ChildState"] = [str(c.state) if c else "Claimed" for c in children]
                 attributes["ChildActivity"] = [str(c.activity) if c else "Busy" for c in children]
+        if usage and ad.name in usage:
+            attributes.update(usage[ad.name])
+            expressions -= set(usage[ad.name])
         out.append(SlotAd(ad.name, attributes, frozenset(expressions)))
     return out
 

@@ -59,9 +59,11 @@ def status(
     now: float,
     *,
     conditions: Sequence[Condition] = (),
+    usage: Mapping[str, Mapping[str, Fact]] | None = None,
 ) -> ExecutionPointStatus:
-    """The agent's part of the ExecutionPoint status at `now` (lastHeartbeat is set at write)."""
-    slots = [slot_status(ad) for ad in published_ads(startd, live, now)]
+    """The agent's part of the ExecutionPoint status at `now` (lastHeartbeat is set at write);
+    `usage` is each busy slot's job usage (`published_ads`)."""
+    slots = [slot_status(ad) for ad in published_ads(startd, live, now, usage)]
     return ExecutionPointStatus(
         summary=summary(slots),
         slots=slots,

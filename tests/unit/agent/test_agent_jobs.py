@@ -400,6 +400,55 @@ class MeasuringLauncher(FakeLauncher):
         return Usage(user_cpu=1.5, sys_cpu=0.25, memory_mib=40, peak_memory_mib=64, num_pids=3)
 
 
+class BusyLauncher(FakeLauncher):
+    """A job that uses half a core: 2.5 CPU seconds more at every 5 s polling tick."""
+
+    def __init__(self, clock: Any) -> None:
+        super().__init__()
+        self.clock = clock
+
+    def usage(self, handle: str) -> Usage | None:
+        cpu = (self.clock.now - 1000.0) * 0.5
+        return Usage(user_cpu=cpu * 0.8, sys_cpu=cpu * 0.2, memory_mib=40, peak_memory_mib=64)
+
+
+def test_a_busy_slots_ad_has_its_jobs_load_and_usage_as_htcondor_names_them(node: Any) -> None:
+    """CondorLoadAvg of a slot is the load of its job's cgroup (cores over the last polling
+    interval), with the job's RemoteUserCpu, RemoteSysCpu, ImageSize, MemoryUsage and
+    ResidentSetSize; an idle slot has none of them."""
+    api, clock, _launcher, _agent = node
+    clock.now = 1000.0
+    agent = Agent(
+        AgentConfig(node_name=NODE, polling_interval=5.0),
+        api,
+        MachineBox(example_machine("node-a.yaml")),
+        live=lambda _now: {"CondorLoadAvg": 0.0, "LoadAvg": 0.5},
+        clock=clock,
+        jobs=JobRunner(api, BusyLauncher(clock), clock),
+    )
+    agent.step()
+    api.job_objects["default/hello"] = matched("hello", "uid-hello#1")
+    _tick(agent, clock)
+    _tick(agent, clock)
+    _tick(agent, clock, 301)  # the usage is volatile: written with the next update (300 s)
+    ads = {s["name"].split("@")[0]: s["ad"] for s in api.status(NODE)["slots"]}
+    busy = ads["slot1_1"]
+    assert busy["CondorLoadAvg"] == 0.5
+    cpu = (clock.now - 1000.0) * 0.5
+    assert (busy["RemoteUserCpu"], busy["RemoteSysCpu"]) == (
+        round(cpu * 0.8, 2),
+        round(cpu * 0.2, 2),
+    )
+    assert (busy["ImageSize"], busy["MemoryUsage"], busy["ResidentSetSize"]) == (
+        64 * 1024,
+        40,
+        40 * 1024,
+    )
+    idle = [ad for name, ad in ads.items() if name != "slot1_1"]
+    assert idle and all("RemoteUserCpu" not in ad for ad in idle)
+    assert all(ad.get("CondorLoadAvg") == 0.0 for ad in idle)
+
+
 def test_a_running_jobs_usage_is_written_every_usage_interval_with_htcondors_names(
     node: Any,
 ) -> None:
