@@ -35,12 +35,13 @@ from kondor_core.api import (
 )
 from kondor_core.api.base import Condition
 from kondor_core.api.conditions import set_condition
-from kondor_core.api.executionpoint import ExecutionPointSpec, ExecutionPointStatus
+from kondor_core.api.executionpoint import DrainStatus, ExecutionPointSpec, ExecutionPointStatus
 from kondor_core.api.meta import format_time
 from kondor_core.config import PolicyError, compile_policy
 from kondor_core.policy import Action, ActionKind, BenchmarksDone, EngineError, Event
 from kondor_core.policy import Activity as EngineActivity
 from kondor_core.slots import LayoutError
+from kondor_core.startd.drain import drain_status, drain_step, resumed
 
 log = logging.getLogger("kondor_agent")
 
@@ -122,6 +123,9 @@ class Agent:
         self._wakeup = threading.Event()
         self._woken = False
         self._degraded = False
+        #: The drain request (its requestedAt) the startd was given, and how it goes.
+        self._drain_applied: str | None = None
+        self._drain: DrainStatus | None = None
 
     @property
     def name(self) -> str:
@@ -218,9 +222,16 @@ class Agent:
         if self.jobs is not None:
             for slot, said in self.jobs.events(self.startd).items():
                 events.setdefault(slot, []).extend(said)
+        if self._drain_applied is None:
+            self._drain_applied = resumed(spec.drain, self._drain)  # an earlier agent's, done
+        drain = drain_step(spec.drain, self._drain_applied)
         started = time.perf_counter()
-        result = startd.tick(self.startd, live, now, slot_events=events)
+        result = startd.tick(
+            self.startd, live, now, slot_events=events, machine_events=drain.events
+        )
         self.metrics.evaluation.observe(time.perf_counter() - started)
+        self._drain_applied = drain.applied
+        self._drain = drain_status(spec.drain, result.startd.state, self._drain, now)
         if self.jobs is not None:
             self.jobs.delivered()
         self.startd = result.startd
@@ -245,6 +256,7 @@ class Agent:
             )
         usage = self.jobs.slot_usage(now) if self.jobs is not None else None
         status = startd.status(self.startd, live, now, conditions=self.conditions, usage=usage)
+        status = status.model_copy(update={"drain": self._drain})
         self.metrics.set_slots((slot.state, slot.activity) for slot in status.slots)
         self._observe_status(now, status)
         if (
@@ -304,6 +316,7 @@ class Agent:
             log.warning("ignoring the published status: %s", "; ".join(describe_errors(err)))
             return
         self.conditions = list(self._published.conditions)
+        self._drain = self._published.drain
         if self._published.slots:
             log.info("restarting from %d published slots", len(self._published.slots))
 

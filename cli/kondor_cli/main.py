@@ -17,7 +17,7 @@ from typing import Any
 
 import yaml
 
-from kondor_cli import jobs, status, userprio
+from kondor_cli import drain, jobs, status, userprio
 from kondor_cli.files import (
     UserError,
     load_machine,
@@ -142,6 +142,7 @@ def build_parser() -> argparse.ArgumentParser:
     status.add_parser(commands)
     jobs.add_parsers(commands)
     userprio.add_parser(commands)
+    drain.add_parser(commands)
 
     for plugin in entry_points(group="kondor.commands"):
         try:

@@ -13,6 +13,8 @@ from kondor_core.api.conditions import (
     set_condition,
 )
 from kondor_core.api.executionpoint import (
+    DrainRequest,
+    DrainStatus,
     ExecutionPointSpec,
     ExecutionPointStatus,
     OperatorStatus,
@@ -94,6 +96,8 @@ __all__ = [
     "ClassAdExpr",
     "Condition",
     "CronJobSpec",
+    "DrainRequest",
+    "DrainStatus",
     "ExecutionJob",
     "ExecutionJobSpec",
     "ExecutionJobStatus",

@@ -84,6 +84,7 @@ KINDS: tuple[Kind, ...] = (
             _column("Memory", ".status.summary.memory"),
             _column("GPUs", ".status.summary.gpus", "integer"),
             _column("State", ".status.summary.state"),
+            _column("Drain", ".status.drain.state"),
             _column("Policy", ".spec.policy.name", priority=1),
             _column("Heartbeat", ".status.lastHeartbeat", "date", priority=1),
             _AGE,

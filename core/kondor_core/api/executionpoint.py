@@ -6,7 +6,7 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from kondor_core.api.base import Condition, Model
+from kondor_core.api.base import ClassAdExpr, Condition, Model
 
 
 class ResolvedPolicy(Model):
@@ -17,16 +17,50 @@ class ResolvedPolicy(Model):
     hash: str = ""
 
 
+class DrainRequest(Model):
+    """condor_drain for one node, written by `kubectl kondor drain` (the admin's field; the
+    operator never touches it) and carried out by the node's agent."""
+
+    mode: Literal["graceful", "quick", "fast"] = Field(
+        default="graceful",
+        description="graceful: jobs finish within MaxJobRetirementTime; quick: vacated at once "
+        "within MachineMaxVacateTime; fast: killed at once",
+    )
+    reason: str = Field(default="", max_length=1024, description="-reason, shown in status")
+    resume_on_completion: bool = Field(
+        default=False,
+        description="-resume-on-completion: once every slot is drained, run jobs again",
+    )
+    check: ClassAdExpr | None = Field(
+        default=None, description="-check: the drain was asked only if this held for every slot"
+    )
+    requested_at: str = Field(
+        description="When it was asked (RFC 3339); a new time is a new request"
+    )
+    requested_by: str = Field(default="", description="Who asked (the API user)")
+
+
 class ExecutionPointSpec(Model):
     """spec of an ExecutionPoint (kondor.io/v1alpha1)."""
 
     node_name: str
     policy: ResolvedPolicy | None = None
-    drain: str | None = Field(
-        default=None,
-        description="Requested drain: graceful, quick or fast (DRAIN_JOBS). Not acted on yet: "
-        "the agent does not drain on this field in this version",
+    drain: DrainRequest | None = Field(
+        default=None, description="A drain asked by an admin (`kubectl kondor drain`)"
     )
+
+
+class DrainStatus(Model):
+    """How the node's drain goes, as its agent carries it out."""
+
+    requested_at: str = Field(description="The request this is about (spec.drain.requestedAt)")
+    mode: str
+    reason: str = ""
+    state: Literal["Draining", "Drained", "Resumed"] = Field(
+        description="Draining: jobs are retiring or being vacated; Drained: every slot is "
+        "Drained; Resumed: drained, then running jobs again (-resume-on-completion)"
+    )
+    since: str = Field(description="When it entered this state (RFC 3339)")
 
 
 class SlotStatus(Model):
@@ -106,3 +140,4 @@ class ExecutionPointStatus(Model):
     operator: OperatorStatus = Field(
         default_factory=OperatorStatus, description="Written by the operator, never the agent"
     )
+    drain: DrainStatus | None = Field(default=None, description="The drain asked in spec.drain")

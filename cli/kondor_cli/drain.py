@@ -1,0 +1,192 @@
+"""`kubectl kondor drain`: condor_drain for ExecutionPoints.
+
+    kubectl kondor drain [-graceful | -quick | -fast] [-reason TEXT] [-resume-on-completion]
+                         [-check EXPR] NODE ...
+    kubectl kondor drain -cancel NODE ...
+
+The request is written to the ExecutionPoint's `spec.drain` (a JSON merge patch; the operator
+never touches that field) and the node's agent carries it out along the startd's drain
+transitions: `-graceful` (the default) lets running jobs finish within their
+MaxJobRetirementTime, `-quick` vacates them at once within MachineMaxVacateTime, `-fast` kills
+them. While draining no slot takes a new job; once every slot is Drained the node stays so until
+`-cancel`, or runs jobs again at once with `-resume-on-completion`. `-check EXPR` drains only if
+EXPR is true for every slot of the node (evaluated here, in each slot's ad as published).
+`kubectl get xp` and the status's `drain` show how it goes.
+
+condor_drain's `-start` (a START expression while draining) and `-exit-on-completion` (the
+startd exits) are not offered: this version's startd has no START override for drains, and an
+agent that exited would be restarted by its DaemonSet at once. Both are refused with that reason.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import sys
+import time
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any, Protocol, cast
+
+from kondor_cli.jobs import ApiError, KubeJobs, connect
+from kondor_cli.status import select, slot_ads
+from kondor_core.api import EXECUTION_POINTS, GROUP, VERSION
+from kondor_core.api.meta import format_time
+from kondor_core.classads import ExpressionError, parse_expr
+
+_UNSUPPORTED = {
+    "start": "-start is not supported: this version's startd has no START override while "
+    "draining (no job starts on a draining node)",
+    "exit_on_completion": "-exit-on-completion is not supported: the agent runs under a "
+    "DaemonSet, which would start it again at once; use -cancel when done",
+}
+
+
+class DrainApi(Protocol):
+    def read_execution_point(self, name: str) -> dict[str, Any] | None: ...
+    def patch_execution_point(self, name: str, patch: Mapping[str, Any]) -> None: ...
+    def whoami(self) -> str: ...
+
+
+class KubeDrain:
+    """ExecutionPoints through the `kubernetes` client, connected as `kubectl kondor q` is."""
+
+    def __init__(self, jobs: KubeJobs) -> None:
+        self.jobs = jobs
+
+    def read_execution_point(self, name: str) -> dict[str, Any] | None:
+        from kubernetes import client  # noqa: PLC0415
+        from kubernetes.client.exceptions import ApiException  # noqa: PLC0415
+
+        objects = client.CustomObjectsApi(self.jobs.api_client)
+        try:
+            found = objects.get_cluster_custom_object(GROUP, VERSION, EXECUTION_POINTS, name)
+        except ApiException as err:
+            if err.status == 404:
+                return None
+            raise ApiError(
+                f"cannot read executionpoint {name}: {err.status} {err.reason}"
+            ) from None
+        return dict(cast("Mapping[str, Any]", found))
+
+    def patch_execution_point(self, name: str, patch: Mapping[str, Any]) -> None:
+        from kubernetes import client  # noqa: PLC0415
+        from kubernetes.client.exceptions import ApiException  # noqa: PLC0415
+
+        objects = client.CustomObjectsApi(self.jobs.api_client)
+        try:
+            objects.patch_cluster_custom_object(GROUP, VERSION, EXECUTION_POINTS, name, dict(patch))
+        except ApiException as err:
+            message = err.reason
+            with contextlib.suppress(ValueError):
+                message = json.loads(err.body or "").get("message") or message
+            raise ApiError(f"cannot patch executionpoint {name}: {err.status} {message}") from None
+
+    def whoami(self) -> str:
+        return self.jobs.whoami()
+
+
+def drain_request(args: argparse.Namespace, user: str, now: float) -> dict[str, Any]:
+    """spec.drain for these options (`kondor_core.api.DrainRequest`)."""
+    request: dict[str, Any] = {
+        "mode": args.mode,
+        "resumeOnCompletion": bool(args.resume_on_completion),
+        "requestedAt": format_time(now),
+        "requestedBy": user,
+    }
+    if args.reason:
+        request["reason"] = args.reason
+    if args.check:
+        request["check"] = args.check
+    return request
+
+
+def check_fails(ep: Mapping[str, Any], check: str) -> list[str]:
+    """The slots of `ep` for which `check` is not true (condor_drain's -check)."""
+    ads = slot_ads([ep])
+    passing = {ad.name for ad in select(ads, None, check)}
+    return [ad.name for ad in ads if ad.name not in passing]
+
+
+def run(
+    args: argparse.Namespace,
+    *,
+    connect_api: Callable[[argparse.Namespace], DrainApi] | None = None,
+    clock: Callable[[], float] = time.time,
+) -> int:
+    for option, why in _UNSUPPORTED.items():
+        if getattr(args, option):
+            print(f"kubectl kondor drain: {why}", file=sys.stderr)
+            return 2
+    if args.check:
+        try:
+            parse_expr(args.check, field="-check")
+        except ExpressionError as err:
+            print(f"kubectl kondor drain: -check {args.check!r}: {err.reason}", file=sys.stderr)
+            return 2
+    api = (connect_api or (lambda a: KubeDrain(cast("KubeJobs", connect(a)))))(args)
+    user = "" if args.cancel else api.whoami()
+    failed = 0
+    for node in args.nodes:
+        ep = api.read_execution_point(node)
+        if ep is None:
+            print(f"Can't find address for {node}: no ExecutionPoint {node}", file=sys.stderr)
+            failed += 1
+            continue
+        if args.cancel:
+            api.patch_execution_point(node, {"spec": {"drain": None}})
+            print(f"Sent request to cancel draining on {node}")
+            continue
+        if args.check:
+            failing = check_fails(ep, args.check)
+            if failing:
+                print(
+                    f"Draining {node} was refused: -check {args.check} is not true for "
+                    f"{', '.join(failing)}",
+                    file=sys.stderr,
+                )
+                failed += 1
+                continue
+        request = drain_request(args, user, clock())
+        api.patch_execution_point(node, {"spec": {"drain": request}})
+        print(f"Sent request to drain {node}")
+    return 1 if failed else 0
+
+
+def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Add `drain` to the `kondor` (and `kubectl kondor`) command."""
+    parser = commands.add_parser(
+        "drain",
+        help="condor_drain: drain ExecutionPoints (or -cancel a drain)",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("nodes", nargs="+", metavar="NODE")
+    how = parser.add_mutually_exclusive_group()
+    for mode in ("graceful", "quick", "fast"):
+        how.add_argument(f"-{mode}", dest="mode", action="store_const", const=mode)
+    how.add_argument("-cancel", action="store_true", help="stop draining the nodes")
+    parser.set_defaults(mode="graceful")
+    parser.add_argument("-reason", help="why (shown in the ExecutionPoint's status)")
+    parser.add_argument(
+        "-resume-on-completion",
+        dest="resume_on_completion",
+        action="store_true",
+        help="run jobs again once every slot is drained",
+    )
+    parser.add_argument(
+        "-exit-on-completion", dest="exit_on_completion", action="store_true", help="refused"
+    )
+    parser.add_argument("-check", help="drain only if this is true for every slot")
+    parser.add_argument("-start", help="refused (see the description)")
+    parser.add_argument("--kubeconfig", type=Path, help="default $KUBECONFIG, ~/.kube/config")
+    parser.add_argument("--context", help="the kubeconfig context to use")
+    parser.set_defaults(func=run)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="kubectl kondor")
+    add_parser(parser.add_subparsers(dest="command", required=True))
+    args = parser.parse_args(argv)
+    return int(args.func(args))

@@ -1,0 +1,78 @@
+"""condor_drain on Kubernetes: the admin's request in the ExecutionPoint's spec, carried out by
+the node's startd along the engine's drain transitions (the reference's "Drained" state).
+
+The request is declarative: the startd drains while `spec.drain` names a request, a request
+with a new `requestedAt` replaces the one before (cancel, then drain again), and its removal
+cancels the drain (condor_drain -cancel). Which request the startd was given is remembered by
+its `requestedAt`, so an agent that restarts gives its fresh startd the same drain again, and
+a drain that already resumed (-resume-on-completion) is not repeated.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from kondor_core.api import DrainRequest, DrainStatus
+from kondor_core.api.meta import format_time
+from kondor_core.policy import CancelDrain, Drain, DrainMode, Event, State
+from kondor_core.policy.machine import MachineState
+
+
+@dataclass(frozen=True)
+class DrainStep:
+    """The machine events for this cycle and the request the startd then carries out."""
+
+    events: tuple[Event, ...]
+    applied: str | None
+
+
+def drain_step(requested: DrainRequest | None, applied: str | None) -> DrainStep:
+    """What to tell the startd, given the request in the spec and the one it was given."""
+    if requested is None:
+        return DrainStep((CancelDrain(),) if applied is not None else (), None)
+    if requested.requested_at == applied:
+        return DrainStep((), applied)
+    drain = Drain(DrainMode(requested.mode), resume_on_completion=requested.resume_on_completion)
+    events: tuple[Event, ...] = (CancelDrain(), drain) if applied is not None else (drain,)
+    return DrainStep(events, requested.requested_at)
+
+
+def drain_status(
+    requested: DrainRequest | None,
+    machine: MachineState,
+    previous: DrainStatus | None,
+    now: float,
+) -> DrainStatus | None:
+    """The drain's state for the ExecutionPoint's status: Draining until every slot is
+    Drained, then Drained, or Resumed once a -resume-on-completion drain has finished."""
+    if requested is None:
+        return None
+    state: Literal["Draining", "Drained", "Resumed"]
+    if machine.draining is None:
+        state = "Resumed"
+    elif machine.slots and all(slot.state is State.DRAINED for slot in machine.slots):
+        state = "Drained"
+    else:
+        state = "Draining"
+    same = previous is not None and previous.requested_at == requested.requested_at
+    if same and previous is not None and previous.state == state:
+        return previous
+    if state == "Resumed" and not same:
+        # The startd was given this request but has not drained yet (its first cycle).
+        state = "Draining"
+    return DrainStatus(
+        requested_at=requested.requested_at,
+        mode=requested.mode,
+        reason=requested.reason,
+        state=state,
+        since=format_time(now),
+    )
+
+
+def resumed(requested: DrainRequest | None, status: DrainStatus | None) -> str | None:
+    """The request an earlier agent already carried out to the end (Resumed), if the spec
+    still names it: a restarted agent must not drain the node again for it."""
+    if requested is None or status is None or status.state != "Resumed":
+        return None
+    return requested.requested_at if status.requested_at == requested.requested_at else None

@@ -1,0 +1,129 @@
+"""condor_drain through the ExecutionPoint's spec (kondor_core.startd.drain): the events the
+startd is given for a request, and the drain's state as the node's status shows it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from kondor_core import startd
+from kondor_core.api import DrainRequest, DrainStatus, ExecutionJobSpec, Machine, SlotPolicySpec
+from kondor_core.config import compile_policy
+from kondor_core.jobs import job_ad
+from kondor_core.policy import (
+    ActivateClaim,
+    CancelDrain,
+    Drain,
+    DrainMode,
+    JobExited,
+    JobGone,
+    Match,
+)
+from kondor_core.startd.drain import drain_status, drain_step, resumed
+
+
+def request(at: str = "2026-11-23T10:00:00Z", **fields: Any) -> DrainRequest:
+    return DrainRequest.model_validate({"requestedAt": at, **fields})
+
+
+@pytest.mark.parametrize(
+    ("requested", "applied", "events", "now_applied"),
+    [
+        (None, None, (), None),
+        (request(), None, (Drain(DrainMode.GRACEFUL),), "2026-11-23T10:00:00Z"),
+        (request(mode="fast"), None, (Drain(DrainMode.FAST),), "2026-11-23T10:00:00Z"),
+        (
+            request(resumeOnCompletion=True, mode="quick"),
+            None,
+            (Drain(DrainMode.QUICK, resume_on_completion=True),),
+            "2026-11-23T10:00:00Z",
+        ),
+        (request(), "2026-11-23T10:00:00Z", (), "2026-11-23T10:00:00Z"),  # given already
+        (None, "2026-11-23T10:00:00Z", (CancelDrain(),), None),  # -cancel
+        (  # a new request replaces the one being carried out
+            request("2026-11-23T11:00:00Z", mode="quick"),
+            "2026-11-23T10:00:00Z",
+            (CancelDrain(), Drain(DrainMode.QUICK)),
+            "2026-11-23T11:00:00Z",
+        ),
+    ],
+)
+def test_the_startd_is_told_each_request_once(
+    requested: DrainRequest | None,
+    applied: str | None,
+    events: tuple[object, ...],
+    now_applied: str | None,
+) -> None:
+    step = drain_step(requested, applied)
+    assert (step.events, step.applied) == (events, now_applied)
+
+
+def node_with_a_job(retirement: int) -> startd.Startd:
+    machine = Machine.model_validate({"name": "n", "cpus": 2, "memory": "4Gi", "disk": "1Gi"})
+    policy = compile_policy(
+        SlotPolicySpec.model_validate({"condorConfig": f"MAXJOBRETIREMENTTIME = {retirement}"})
+    )
+    node = startd.tick(startd.start(machine, policy, 0), {}, 0).startd
+    events = {
+        "slot1@n": [Match("c1", job_ad(ExecutionJobSpec(), "j"), job_id="j"), ActivateClaim()]
+    }
+    return startd.tick(node, {}, 1, slot_events=events).startd
+
+
+def states(node: startd.Startd) -> dict[str, tuple[str, str]]:
+    return {s.name: (s.state.value, s.activity.value) for s in node.state.slots}
+
+
+def test_a_graceful_drain_lets_the_job_retire_then_shows_drained() -> None:
+    wanted = request()
+    node = node_with_a_job(retirement=3600)  # longer than MachineMaxVacateTime's 600 s
+    step = drain_step(wanted, None)
+    node = startd.tick(node, {}, 2, machine_events=step.events).startd
+    status = drain_status(wanted, node.state, None, 2)
+    assert status is not None and (status.state, status.mode) == ("Draining", "graceful")
+    assert ("Claimed", "Retiring") in states(node).values()
+    # The job ends within its retirement time: its slot goes Drained, and so the node.
+    job_slot = next(n for n, s in states(node).items() if s == ("Claimed", "Retiring"))
+    node = startd.tick(node, {}, 30, slot_events={job_slot: [JobExited(0)]}).startd
+    node = startd.tick(node, {}, 31).startd
+    assert set(states(node).values()) == {("Drained", "Idle")}
+    drained = drain_status(wanted, node.state, status, 31)
+    assert drained is not None and (drained.state, drained.since) == (
+        "Drained",
+        "1970-01-01T00:00:31Z",
+    )
+    assert drain_status(wanted, node.state, drained, 40) is drained  # unchanged: same object
+
+
+def test_cancel_returns_the_slots_and_clears_the_status() -> None:
+    wanted = request(mode="fast")
+    node = node_with_a_job(retirement=3600)
+    node = startd.tick(node, {}, 2, machine_events=drain_step(wanted, None).events).startd
+    node = startd.tick(node, {}, 3, slot_events={"slot1_1@n": [JobGone()]}).startd  # killed
+    assert all(state == "Drained" for state, _ in states(node).values())
+    node = startd.tick(
+        node, {}, 4, machine_events=drain_step(None, wanted.requested_at).events
+    ).startd
+    assert all(state in ("Owner", "Unclaimed") for state, _ in states(node).values())
+    assert drain_status(None, node.state, None, 4) is None
+
+
+def test_resume_on_completion_is_not_repeated_by_a_restarted_agent() -> None:
+    wanted = request(resumeOnCompletion=True, mode="fast")
+    node = node_with_a_job(retirement=0)
+    node = startd.tick(node, {}, 2, machine_events=drain_step(wanted, None).events).startd
+    status = drain_status(wanted, node.state, None, 2)
+    assert status is not None and status.state == "Draining"
+    for now, events in ((3, {"slot1_1@n": [JobGone()]}), (4, {}), (5, {})):
+        node = startd.tick(node, {}, now, slot_events=events).startd
+        status = drain_status(wanted, node.state, status, now)
+    assert status is not None and status.state == "Resumed"
+    assert node.state.draining is None
+    # A new agent reads the published status: the spec still names this request, done.
+    assert resumed(wanted, status) == wanted.requested_at
+    assert drain_step(wanted, resumed(wanted, status)).events == ()
+    assert resumed(request("2026-11-23T12:00:00Z"), status) is None
+    assert (
+        resumed(wanted, DrainStatus.model_validate({**status.dump(), "state": "Drained"})) is None
+    )
