@@ -270,3 +270,78 @@ def test_jobprio_first_an_unmatchable_job_never_blocks_and_nice_jobs_run_last(
     assert "0 are able to run your job" in analysis
     report = fair.kubectl.kubectl("kondor", "userprio", "-all")
     assert "nice-user.bob" in report
+
+
+RANK_NODE = "kwok-rank-0"
+
+
+@pytest.fixture(scope="module")
+def rank_node(fair: FairCluster) -> str:
+    """A one-core node whose slot's RANK prefers alice's jobs (and MAXJOBRETIREMENTTIME 15,
+    not honoured yet: see the test)."""
+    machine = fair.tmp / "kwok-rank.yaml"
+    machine.write_text(
+        yaml.safe_dump(
+            {
+                "name": RANK_NODE,
+                "cpus": 1,
+                "memory": "4Gi",
+                "disk": 104857600,
+                "labels": {"kondor.io/pool": "rank"},
+            }
+        )
+    )
+    config = 'RANK = ifThenElse(TARGET.Owner == "alice", 10, 0)\nMAXJOBRETIREMENTTIME = 15\n'
+    fair.kubectl.apply(slot_policy("rank", {"kondor.io/pool": "rank"}, config))
+    fair.dev.add_machines([machine])
+
+    def unclaimed() -> bool:
+        slots = fair.kubectl.get("executionpoints", RANK_NODE, None)["status"]["slots"]
+        return bool(slots) and all(s["state"] == "Unclaimed" for s in slots)
+
+    eventually(unclaimed, 90, f"{RANK_NODE}'s slot Unclaimed")
+    return RANK_NODE
+
+
+def test_a_slot_whose_rank_prefers_alice_preempts_bob_s_job_which_runs_again_later(
+    fair: FairCluster, rank_node: str
+) -> None:
+    pinned = f'Machine == "{rank_node}"'
+    fair.kubectl.apply(process_job("tyner", "sleep 300", requirements=pinned), user="bob")
+    eventually(lambda: job_statuses(fair)["tyner"].get("jobStatus") == "Running", 60, "tyner runs")
+
+    fair.kubectl.apply(process_job("jones", "sleep 3", requirements=pinned), user="alice")
+    eventually(lambda: job_statuses(fair)["jones"].get("jobStatus") == "Running", 60, "jones runs")
+
+    # Not checked yet: that tyner's job first retires for MAXJOBRETIREMENTTIME (15 s from its
+    # start). The agent's startd logs "Claimed/Busy -> Claimed/Retiring -> Preempting/Vacating:
+    # retirement time expired" at once (kondor_core.policy's retirement_remaining); issue 13's
+    # report names it.
+    tyner = job_statuses(fair)["tyner"]
+    assert tyner["jobStatus"] == "Idle" and tyner["numJobStarts"] == 1  # vacated, to run again
+    again = eventually(
+        lambda: (st := job_statuses(fair)["tyner"]).get("jobStatus") == "Running" and st,
+        60,
+        "tyner runs again after jones",
+    )
+    assert again["numJobStarts"] == 2
+    assert job_statuses(fair)["jones"]["jobStatus"] == "Completed"
+
+    # NEGOTIATOR_CONSIDER_PREEMPTION = False: alice's next job waits for tyner's to end.
+    fair.kubectl.kubectl(
+        "patch", "pools", "default", "--type", "merge",
+        "-p", '{"spec": {"negotiatorConsiderPreemption": false}}',
+    )  # fmt: skip
+    try:
+        fair.kubectl.apply(process_job("jones-2", "sleep 1", requirements=pinned), user="alice")
+        time.sleep(15)
+        statuses = job_statuses(fair)
+        assert statuses["tyner"]["jobStatus"] == "Running"
+        assert statuses["tyner"]["numJobStarts"] == 2
+        assert statuses["jones-2"]["jobStatus"] == "Idle"
+        assert not statuses["jones-2"].get("claimId")
+    finally:
+        fair.kubectl.kubectl(
+            "patch", "pools", "default", "--type", "merge",
+            "-p", '{"spec": {"negotiatorConsiderPreemption": true}}',
+        )  # fmt: skip
