@@ -33,7 +33,7 @@ from kondor_agent import podcgroup
 from kondor_agent.execute.jobdir import OUT_OF_MEMORY
 from kondor_agent.jobs import Outcome
 from kondor_agent.kube import KubernetesAPI, informer
-from kondor_core.api import EXECUTION_POINT_LABEL, ExecutionJob
+from kondor_core.api import EXECUTION_POINT_LABEL, ExecutionJob, JobExecution
 from kondor_core.api.meta import parse_time
 from kondor_core.jobs.pod import (
     DEDICATED,
@@ -69,6 +69,8 @@ class PodLauncher:
         self.mode = DEDICATED
         self.priority_class = HARVEST_PRIORITY_CLASS
         self._pods: dict[tuple[str, str], Mapping[str, Any]] = {}
+        #: Pods a restarted agent took back: `clear` leaves them running.
+        self._adopted: set[tuple[str, str]] = set()
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name=f"watch-pods-{node}", daemon=True)
@@ -217,13 +219,42 @@ class PodLauncher:
             with contextlib.suppress(OSError):
                 podcgroup.set_frozen(directory, False)
 
+    def adopt(self, job: ExecutionJob, execution: JobExecution) -> PodHandle | None:
+        """The pod a previous agent launched for this run (`execution.directory` names it),
+        if it is still there: a restarted agent takes it back instead of vacating it. A pod
+        that ended meanwhile is taken back too, so its exit is reported (once)."""
+        namespace, name = _pod_of(execution.directory)
+        if not name or namespace != (job.metadata.namespace or "default"):
+            return None
+        try:
+            found = self.core.read_namespaced_pod(name, namespace)
+        except ApiException as error:
+            if error.status == 404:
+                return None
+            raise
+        pod = self.api.api_client.sanitize_for_serialization(found)  # type: ignore[no-untyped-call]
+        labels = (pod.get("metadata") or {}).get("labels") or {}
+        if labels.get(EXECUTION_POINT_LABEL) != self.node or pod["metadata"].get(
+            "deletionTimestamp"
+        ):
+            return None
+        with self._lock:
+            self._pods.setdefault((namespace, name), pod)
+            self._adopted.add((namespace, name))
+        limits = _container_memory_mib(pod)
+        log.info("took back pod %s/%s for %s", namespace, name, execution.claim_id)
+        return PodHandle(namespace, name, execution.slot or "", limits)
+
     def clear(self) -> int:
-        """Delete the job pods of this node that are still running."""
+        """Delete the job pods of this node still running that were not taken back."""
         found = self._list(label_selector=f"{EXECUTION_POINT_LABEL}={self.node}")
+        with self._lock:
+            adopted = set(self._adopted)
         running = [
             _key(pod)
             for pod in found.get("items") or []
             if (pod.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
+            and _key(pod) not in adopted
         ]
         for namespace, name in running:
             self._delete(PodHandle(namespace, name), 0)
@@ -273,6 +304,19 @@ class PodLauncher:
 def _key(pod: Mapping[str, Any]) -> tuple[str, str]:
     meta = pod.get("metadata") or {}
     return str(meta.get("namespace")), str(meta.get("name"))
+
+
+def _pod_of(directory: str | None) -> tuple[str, str]:
+    """(namespace, name) from `directory` as `PodLauncher.directory` wrote it (`pod/NS/NAME`)."""
+    parts = (directory or "").split("/")
+    return (parts[1], parts[2]) if len(parts) == 3 and parts[0] == "pod" else ("", "")
+
+
+def _container_memory_mib(pod: Mapping[str, Any]) -> int:
+    """The first container's memory limit in MiB (the slot's Memory), 0 when unreadable."""
+    containers = (pod.get("spec") or {}).get("containers") or [{}]
+    limit = str(((containers[0].get("resources") or {}).get("limits") or {}).get("memory", ""))
+    return int(limit[:-2]) if limit.endswith("Mi") and limit[:-2].isdigit() else 0
 
 
 def _signal_number(name: str) -> int:

@@ -7,6 +7,10 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
+import signal
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -200,3 +204,31 @@ def test_preempt_vacates_a_pod_job_with_its_killsig_and_it_runs_again(cluster: C
     )
     assert done["status"]["numJobStarts"] >= 2
     assert done["status"]["exitCode"] == 0
+
+
+def test_a_pod_job_outlives_its_agent(cluster: Cluster) -> None:
+    cluster.apply(policy("dedicated", "PREEMPT = False\nWANT_SUSPEND = False\n"))
+    time.sleep(3)
+    cluster.apply(pod_job("survivor", "sleep 15; echo survived"))
+    pod = eventually(lambda: job_pod(cluster, "survivor"), 60, "the job's pod")
+    eventually(
+        lambda: cluster.job("survivor")["status"].get("jobStatus") == "Running", 60, "Running"
+    )
+    state = cluster.kubeconfig.parent / "state"
+    listed = subprocess.run(
+        [sys.executable, "-m", "kondor_devcluster", "dev-cluster", "ps", "--state-dir", str(state),
+         "-o", "json"],
+        capture_output=True, text=True, check=True,
+    ).stdout  # fmt: skip
+    (agent,) = [row for row in json.loads(listed) if row["node"] == NODE]
+    os.kill(agent["pid"], signal.SIGKILL)
+    done = eventually(
+        lambda: (job := cluster.job("survivor"))["status"].get("jobStatus") == "Completed" and job,
+        90,
+        "Completed after the agent came back",
+    )
+    assert done["status"]["numJobStarts"] == 1  # taken back, never started twice
+    assert done["status"]["exitCode"] == 0
+    assert job_pod(cluster, "survivor")["metadata"]["uid"] == pod["metadata"]["uid"]
+    logs = cluster.kubectl("logs", "-n", "default", pod["metadata"]["name"])
+    assert "survived" in logs

@@ -15,9 +15,11 @@ from typing import Any
 
 import pytest
 from kubernetes import client
+from kubernetes.client.exceptions import ApiException
 
 from kondor_agent import podcgroup
 from kondor_agent.pods import PodHandle, PodLauncher, _signal_number
+from kondor_core.api import ExecutionJob, JobExecution
 
 UID = "11111111-2222-3333-4444-555555555555"
 HANDLE = PodHandle("default", "job-1", "slot1_1@n0", 128)
@@ -126,3 +128,69 @@ def test_a_pod_without_a_cgroup_here_is_not_frozen_and_soft_kill_deletes_it(
 )
 def test_killsig_as_htcondor_spells_it(given: str, number: int) -> None:
     assert _signal_number(given) == number
+
+
+class FakeReads(FakeCore):
+    def __init__(self, freezer: Path, pods: dict[str, Any]) -> None:
+        super().__init__(freezer)
+        self.pods = pods
+
+    def read_namespaced_pod(self, name: str, namespace: str) -> dict[str, Any]:
+        if name not in self.pods:
+            raise ApiException(status=404)
+        return self.pods[name]
+
+
+def adopting(tmp_path: Path, pods: dict[str, Any]) -> PodLauncher:
+    made, core = launcher(tmp_path, 0)
+    made.core = FakeReads(core.freezer, pods)  # type: ignore[assignment]
+    made._pods = {}
+    return made
+
+
+def job_pod(node: str = "n0", **meta: Any) -> dict[str, Any]:
+    return {
+        "metadata": {
+            "name": "job-1",
+            "namespace": "default",
+            "uid": UID,
+            "labels": {"kondor.io/execution-point": node},
+            **meta,
+        },
+        "spec": {"containers": [{"resources": {"limits": {"memory": "128Mi"}}}]},
+        "status": {"phase": "Running", "qosClass": "Burstable"},
+    }
+
+
+def execution(directory: str) -> JobExecution:
+    return JobExecution(claim_id="c#1", state="Running", slot="slot1_1@n0", directory=directory)
+
+
+JOB = ExecutionJob.model_validate(
+    {"metadata": {"name": "job", "namespace": "default"}, "spec": {"pod": {"template": {}}}}
+)
+
+
+def test_a_restarted_agent_takes_back_its_running_pod_and_clear_spares_it(
+    tmp_path: Path,
+) -> None:
+    pods = adopting(tmp_path, {"job-1": job_pod()})
+    handle = pods.adopt(JOB, execution("pod/default/job-1"))
+    assert handle == PodHandle("default", "job-1", "slot1_1@n0", 128)
+    listed = {"items": [job_pod()]}
+    pods._list = lambda **_options: listed  # type: ignore[method-assign]
+    assert pods.clear() == 0  # taken back: not deleted
+
+
+@pytest.mark.parametrize(
+    ("directory", "found"),
+    [
+        ("pod/default/gone", {}),  # deleted while no agent ran
+        ("pod/other/job-1", {"job-1": job_pod()}),  # not the job's namespace
+        ("/var/lib/kondor/execute/x", {"job-1": job_pod()}),  # a process run
+        ("pod/default/job-1", {"job-1": job_pod("n9")}),  # another node's
+        ("pod/default/job-1", {"job-1": job_pod(deletionTimestamp="2026-11-23T00:00:00Z")}),
+    ],
+)
+def test_nothing_to_take_back(tmp_path: Path, directory: str, found: dict[str, Any]) -> None:
+    assert adopting(tmp_path, found).adopt(JOB, execution(directory)) is None
