@@ -24,7 +24,9 @@ executionpoints get/list/watch/create/patch/delete and executionpoints/status
 patch; slotpolicies get/list/watch and slotpolicies/status patch; events create
 in `default`; leases get/create/patch in its namespace; when kopf manages the
 webhook configuration, validatingwebhookconfigurations get/list/watch/create/
-patch; customresourcedefinitions get/list/watch (kopf discovers the kinds).
+patch; customresourcedefinitions get/list/watch (kopf discovers the kinds); for the
+negotiator, executionjobs get/list/watch/patch and executionjobs/status get/patch, pools
+get/list/watch/create and pools/status get/patch (the accountant in the Pool's status).
 
 Run it with `kondor-operator --help`; `main` is the entry point.
 """
