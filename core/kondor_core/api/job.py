@@ -205,6 +205,12 @@ class ExecutionJobStatus(Model):
         default=None, description="LastRejMatchReason: why the last cycle found no slot"
     )
     num_job_starts: int = Field(default=0, description="NumJobStarts: claims that started it")
+    job_start_date: str | None = Field(
+        default=None, description="JobStartDate: when it first started running (RFC 3339)"
+    )
+    last_vacate_time: str | None = Field(
+        default=None, description="LastVacateTime: when it was last vacated (RFC 3339)"
+    )
     num_job_matches: int = Field(
         default=0, description="NumJobMatches: matches made (each claim id is <uid>#<number>)"
     )

@@ -170,19 +170,26 @@ def _answered(
     # The job is Idle while its claim is not started: a first answer that says it started
     # counts one start, and later answers of the same claim see it Running already.
     starts = status.num_job_starts
+    first_start = status.job_start_date
     if answer.state in _STARTED and status.job_status == "Idle":
         starts += 1
+        first_start = first_start or answer.start_time or format_time(now)
     if answer.state == "Rejected":
         reason = answer.reason or f"{status.execution_point} refused the match"
         return _idle(status, now, "Rejected", reason), "match rejected by the startd"
     if answer.state in ("Running", "Suspended"):
-        update = {"job_status": answer.state, "num_job_starts": starts}
+        update = {
+            "job_status": answer.state,
+            "num_job_starts": starts,
+            "job_start_date": first_start,
+        }
         return status.model_copy(update=update), answer.state
     if answer.state == "Exited":
         return status.model_copy(
             update={
                 "job_status": "Completed",
                 "num_job_starts": starts,
+                "job_start_date": first_start,
                 "exit_code": answer.exit_code,
                 "exit_signal": answer.exit_signal,
                 "completion_date": answer.end_time or format_time(now),
@@ -198,7 +205,12 @@ def _answered(
         ), "failed to start"
     # Killed with neither hold nor remove (those were handled first): vacated by policy.
     idle = _idle(status, now, "Vacated")
-    return idle.model_copy(update={"num_job_starts": starts}), "vacated"
+    update = {
+        "num_job_starts": starts,
+        "job_start_date": first_start,
+        "last_vacate_time": format_time(now),
+    }
+    return idle.model_copy(update=update), "vacated"
 
 
 def _idle(
