@@ -158,6 +158,14 @@ def negotiate_fair(
             got[name] += job.weight
             if not outcome.preempts:
                 left -= job.weight
+        elif (
+            left <= _EPSILON
+            and shares[name] < size - _EPSILON
+            and held[name] + got[name] >= shares[name] - _EPSILON
+        ):
+            # Nothing is free and the submitter has its share of a pool it shares with
+            # others: it waits for its priority (for their jobs to end, or its usage to age).
+            rejections[job.id] = _waiting(name, shares[name], held[name] + got[name])
         else:
             rejections[job.id] = outcome
     return FairCycle(tuple(matches), rejections, shares, got, tuple(order), size)

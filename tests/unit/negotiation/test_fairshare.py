@@ -151,3 +151,22 @@ def test_with_consider_preemption_false_a_claimed_slot_is_never_matched() -> Non
     assert owners(plan_cycle(jobs, [ep], NOW, PoolSpec())) == {"alice": 1}  # RANK preempts
     off = PoolSpec(negotiator_consider_preemption=False)
     assert owners(plan_cycle(jobs, [ep], NOW, off)) == {}
+
+
+def test_a_user_at_their_share_with_nothing_free_waits_for_user_priority() -> None:
+    ep = slots("node", 1)
+    assert ep.status is not None
+    taken = ep.status.slots[0].model_copy(
+        update={"state": "Claimed", "ad": {**ep.status.slots[0].ad, "State": "Claimed"}}
+    )
+    ep = ep.model_copy(update={"status": ep.status.model_copy(update={"slots": [taken]})})
+    # alice holds the slot; bob's job is matched nowhere, and alice's waits for priority.
+    jobs = running("alice", 1) + queued("alice", 1) + queued("bob", 1, start=5)
+    reasons = {
+        c.name: c.status.last_rej_match_reason
+        for c in plan_cycle(jobs, [ep], NOW, PoolSpec()).changes
+    }
+    assert reasons["alice-0"] == (
+        "no slot left this cycle: alice holds 1 of a fair share of 0.50 (waiting for user priority)"
+    )
+    assert reasons["bob-5"] == "slot1@node is Claimed"
