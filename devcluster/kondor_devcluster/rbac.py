@@ -16,7 +16,7 @@ KONDOR_GROUP = "kondor.io"
 #: Namespaced kinds a user submits and manages: jobs and computing-on-demand claims.
 USER_WRITABLE = ("executionjobs", "codclaims")
 #: Cluster-wide kinds a user may look at (`condor_status`), never change.
-USER_READABLE = ("executionpoints", "slotpolicies")
+USER_READABLE = ("executionpoints", "slotpolicies", "pools")
 
 
 def user_cluster_role() -> dict[str, Any]:

@@ -229,6 +229,7 @@ class Negotiator:
         self._execution_points: Index | None = None
         self._pools: Index | None = None
         self._dirty: set[str] = set()
+        self._pool_generation: int | None = None
         self._soon = True
         self._wake = asyncio.Event()
         self._last_cycle: float | None = None
@@ -267,6 +268,14 @@ class Negotiator:
     def cycle_soon(self) -> None:
         self._soon = True
         self._wake.set()
+
+    def pool_changed(self, generation: int | None) -> None:
+        """The Pool's spec changed (a new generation; its creation or deletion too): negotiate
+        soon with the new settings. The negotiator's own status writes (the accountant) leave
+        the generation alone, so they do not start another cycle."""
+        if generation != self._pool_generation:
+            self._pool_generation = generation
+            self.cycle_soon()
 
     def settings(self) -> PoolSpec:
         """The Pool `default`'s spec, or the defaults when there is none."""
@@ -508,5 +517,6 @@ def register(registry: kopf.OperatorRegistry, negotiator: Negotiator) -> None:
         negotiator.execution_point_changed(name, None if type == "DELETED" else body)
 
     @kopf.on.event(GROUP, VERSION, POOLS, id="pool-changed", registry=registry)
-    async def pool_changed(**_: Any) -> None:
-        negotiator.cycle_soon()
+    async def pool_changed(body: kopf.Body, type: str | None, **_: Any) -> None:
+        generation = None if type == "DELETED" else body.get("metadata", {}).get("generation")
+        negotiator.pool_changed(generation)

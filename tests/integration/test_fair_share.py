@@ -277,8 +277,7 @@ RANK_NODE = "kwok-rank-0"
 
 @pytest.fixture(scope="module")
 def rank_node(fair: FairCluster) -> str:
-    """A one-core node whose slot's RANK prefers alice's jobs (and MAXJOBRETIREMENTTIME 15,
-    not honoured yet: see the test)."""
+    """A one-core node whose slot's RANK prefers alice's jobs, with 15 s of retirement."""
     machine = fair.tmp / "kwok-rank.yaml"
     machine.write_text(
         yaml.safe_dump(
@@ -291,7 +290,12 @@ def rank_node(fair: FairCluster) -> str:
             }
         )
     )
-    config = 'RANK = ifThenElse(TARGET.Owner == "alice", 10, 0)\nMAXJOBRETIREMENTTIME = 15\n'
+    # MachineMaxVacateTime below the retirement: HTCondor soft-kills a preempted job that many
+    # seconds before its retirement ends, so with the default (600 s) it would vacate at once.
+    config = (
+        'RANK = ifThenElse(TARGET.Owner == "alice", 10, 0)\nMAXJOBRETIREMENTTIME = 15\n'
+        "MachineMaxVacateTime = 2\n"
+    )
     fair.kubectl.apply(slot_policy("rank", {"kondor.io/pool": "rank"}, config))
     fair.dev.add_machines([machine])
 
@@ -309,14 +313,14 @@ def test_a_slot_whose_rank_prefers_alice_preempts_bob_s_job_which_runs_again_lat
     pinned = f'Machine == "{rank_node}"'
     fair.kubectl.apply(process_job("tyner", "sleep 300", requirements=pinned), user="bob")
     eventually(lambda: job_statuses(fair)["tyner"].get("jobStatus") == "Running", 60, "tyner runs")
+    started = time.monotonic()
 
     fair.kubectl.apply(process_job("jones", "sleep 3", requirements=pinned), user="alice")
     eventually(lambda: job_statuses(fair)["jones"].get("jobStatus") == "Running", 60, "jones runs")
 
-    # Not checked yet: that tyner's job first retires for MAXJOBRETIREMENTTIME (15 s from its
-    # start). The agent's startd logs "Claimed/Busy -> Claimed/Retiring -> Preempting/Vacating:
-    # retirement time expired" at once (kondor_core.policy's retirement_remaining); issue 13's
-    # report names it.
+    # tyner's job retired first: it ran its MAXJOBRETIREMENTTIME (15 s from its start, less
+    # the 2 s of vacate time granted before its end) before jones' could start.
+    assert time.monotonic() - started >= 12
     tyner = job_statuses(fair)["tyner"]
     assert tyner["jobStatus"] == "Idle" and tyner["numJobStarts"] == 1  # vacated, to run again
     again = eventually(

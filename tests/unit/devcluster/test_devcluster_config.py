@@ -77,7 +77,7 @@ def test_user_role_allows_kondor_user_kinds_and_nothing_else() -> None:
     writable = next(rule for rule in rules if "create" in rule["verbs"])
     assert set(writable["resources"]) == {"executionjobs", "codclaims"}
     readonly = next(rule for rule in rules if "create" not in rule["verbs"])
-    assert set(readonly["resources"]) == {"executionpoints", "slotpolicies"}
+    assert set(readonly["resources"]) == {"executionpoints", "slotpolicies", "pools"}
     assert set(readonly["verbs"]) == {"get", "list", "watch"}
     subjects = rbac.user_cluster_role_binding()["subjects"]
     assert subjects == [

@@ -258,3 +258,15 @@ def test_the_accountant_is_kept_in_the_pool_status_and_survives_a_restart() -> N
     assert users["alice"]["realPriority"] == pytest.approx(1.25)  # half way from 0.5 to 2
     assert users["alice"]["accumulatedUsage"] == pytest.approx(2 * 86400)
     assert users["bob"]["effectivePriority"] == pytest.approx(1250.0)
+
+
+def test_only_a_new_pool_spec_starts_a_cycle_not_the_accountants_own_writes() -> None:
+    world = World()
+    negotiator = world.negotiator
+    negotiator.pool_changed(1)  # first seen
+    assert negotiator._soon
+    negotiator._soon = False
+    negotiator.pool_changed(1)  # a status write: same generation
+    assert not negotiator._soon
+    negotiator.pool_changed(2)  # -setfactor: the spec changed
+    assert negotiator._soon
