@@ -715,7 +715,9 @@ class _Compiler:
         """SLOT<N>_<attr> for an attribute slot N advertises: its value on slot N."""
         for match, definition in self._matching(_SLOT_ATTR):
             slot, attr = int(match.group(1)), match.group(2)
-            if _SLOT_LIST.fullmatch(_bare(definition.name)):
+            if _SLOT_LIST.fullmatch(_bare(definition.name)) or knobs.is_startd_knob(
+                _bare(definition.name)
+            ):
                 continue
             listed = advertised | {name.upper() for name in slot_attrs.get(slot, {})}
             if attr.upper() not in listed:
@@ -995,7 +997,7 @@ class _Compiler:
             macros[knobs.canonical_name(name)] = value
             reason = knobs.unimplemented_reason(name)
             used = name.upper() in self.used and name.upper() not in knobs.UNIMPLEMENTED
-            if name.upper() in knobs.STARTD_KNOBS or used:
+            if knobs.is_startd_knob(name) or used:
                 continue
             origin = definition.origin
             if origin.template is not None:

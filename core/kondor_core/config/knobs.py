@@ -74,8 +74,23 @@ STARTD_KNOBS: Mapping[str, str] = {
         "SINGULARITY_RUN_TEST_BEFORE_JOB",
         "SINGULARITY_IGNORE_MISSING_BIND_TARGET",
         "MOUNT_UNDER_SCRATCH",
+        # Job hooks ("Hooks"; kondor_core.jobs.hooks): the keywords, UPDATE_JOB_INFO's
+        # intervals, and Kondor's bound on every hook's run.
+        "STARTD_JOB_HOOK_KEYWORD",
+        "STARTER_JOB_HOOK_KEYWORD",
+        "STARTER_DEFAULT_JOB_HOOK_KEYWORD",
+        "STARTER_INITIAL_UPDATE_INTERVAL",
+        "STARTER_UPDATE_INTERVAL",
+        "KONDOR_JOB_HOOK_TIMEOUT",
     )
 }
+
+#: Startd knobs kept in `macros` by pattern: `<Keyword>_HOOK_<hook>` and
+#: SLOT<N>_JOB_HOOK_KEYWORD (kondor_core.jobs.hooks reads them).
+STARTD_KNOB_PATTERNS = (
+    re.compile(r"\w+?_HOOK_(?:PREPARE_JOB|UPDATE_JOB_INFO|JOB_EXIT)", re.IGNORECASE),
+    re.compile(r"SLOT\d+_JOB_HOOK_KEYWORD", re.IGNORECASE),
+)
 
 #: Startd knobs in `macros` whose value is a ClassAd expression: checked at compile.
 STARTD_EXPRESSION_KNOBS = frozenset(
@@ -182,7 +197,6 @@ PER_SLOT_UNIMPLEMENTED: Mapping[str, str] = {
     "EXECUTE": "the agent chooses each job's scratch directory",
     "USER": "jobs run as the pod's user",
     "CPU_AFFINITY": "CPU placement is the kubelet's",
-    "JOB_HOOK_KEYWORD": "job hooks are not implemented",
 }
 
 
@@ -194,9 +208,26 @@ def is_understood(name: str) -> bool:
     return any(pattern.fullmatch(name) for pattern in KNOB_PATTERNS)
 
 
+def is_startd_knob(name: str) -> bool:
+    """Whether `name` is a startd knob kept in `macros` for the policy engine and the agent."""
+    return name.upper() in STARTD_KNOBS or any(p.fullmatch(name) for p in STARTD_KNOB_PATTERNS)
+
+
+#: The hooks Kondor does not run yet (the startd's fetch-work hooks, and the one before
+#: file transfer, which Kondor does not do).
+_UNRUN_HOOK = re.compile(
+    r"\w+?_HOOK_(?:FETCH_WORK|REPLY_FETCH|EVICT_CLAIM|PREPARE_JOB_BEFORE_TRANSFER)", re.IGNORECASE
+)
+
+
 def unimplemented_reason(name: str) -> str | None:
     """Why Kondor does not implement the HTCondor knob `name`, or None if it is not one."""
     upper = name.upper()
+    if _UNRUN_HOOK.fullmatch(name):
+        return (
+            "Kondor runs the PREPARE_JOB, UPDATE_JOB_INFO and JOB_EXIT job hooks only; fetch-work "
+            "hooks are not carried out yet and there is no file transfer"
+        )
     if upper in UNIMPLEMENTED:
         return UNIMPLEMENTED[upper]
     for prefix, reason in UNIMPLEMENTED_PREFIXES.items():
