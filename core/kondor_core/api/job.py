@@ -5,7 +5,7 @@ from __future__ import annotations
 import signal
 from typing import Annotated, Any, Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from kondor_core.api.base import (
     IN_CLASSAD_RANGE,
@@ -16,13 +16,20 @@ from kondor_core.api.base import (
     Quantity,
     ResourceAmount,
 )
+from kondor_core.api.crontab import CRON_FIELDS, parse_cron_field
 from kondor_core.api.quantity import Unit, to_unit
-from kondor_core.inputs import InputError, check_attribute_name
+from kondor_core.classads import check_expr
+from kondor_core.inputs import InputError, check_attribute_name, check_classad_int
 
 #: HTCondor's JobStatus values as Kondor shows them.
 JobStatus = Literal["Idle", "Running", "Suspended", "Held", "Completed", "Removed"]
 #: What the agent reports of one claim's execution (`status.execution.state`).
 ExecutionState = Literal["Rejected", "Running", "Suspended", "Exited", "Killed", "Failed"]
+
+#: A crontab field: a string (`"*/10"`), or a bare number YAML reads as an integer.
+CronField = Annotated[int | str, Field(json_schema_extra={"x-kubernetes-int-or-string": True})]
+#: Seconds of a window or a preparation time.
+Seconds = Annotated[int, Field(ge=0), IN_CLASSAD_RANGE]
 
 _SIGNALS = {name for name in dir(signal) if name.startswith("SIG") and not name.startswith("SIG_")}
 
@@ -91,6 +98,38 @@ class ExecutionJobSpec(Model):
     pod: PodRuntime | None = None
     hold: bool = Field(default=False, description="condor_hold while true; false releases it")
     remove: bool = Field(default=False, description="condor_rm: the job is Removed")
+    deferral_time: (
+        Annotated[int | str, Field(json_schema_extra={"x-kubernetes-int-or-string": True})] | None
+    ) = Field(
+        default=None,
+        description="deferral_time (DeferralTime): when the job starts, seconds since the "
+        "epoch or a ClassAd expression of them (QDate + 60)",
+    )
+    deferral_window: Seconds | None = Field(
+        default=None,
+        description="deferral_window (DeferralWindow): seconds after DeferralTime it may "
+        "still start; later it is held (default 0)",
+    )
+    deferral_prep_time: Seconds | None = Field(
+        default=None,
+        description="deferral_prep_time (DeferralPrepTime): seconds before DeferralTime it "
+        "may be matched (default: at once)",
+    )
+    cron_minute: CronField | None = Field(default=None, description="cron_minute (0-59)")
+    cron_hour: CronField | None = Field(default=None, description="cron_hour (0-23)")
+    cron_day_of_month: CronField | None = Field(
+        default=None, description="cron_day_of_month (1-31)"
+    )
+    cron_month: CronField | None = Field(default=None, description="cron_month (1-12)")
+    cron_day_of_week: CronField | None = Field(
+        default=None, description="cron_day_of_week (0-7, Sunday is 0 or 7)"
+    )
+    cron_window: Seconds | None = Field(
+        default=None, description="cron_window (DeferralWindow) of a crontab job"
+    )
+    cron_prep_time: Seconds | None = Field(
+        default=None, description="cron_prep_time (DeferralPrepTime) of a crontab job"
+    )
 
     @field_validator("request_memory")
     @classmethod
@@ -116,6 +155,92 @@ class ExecutionJobSpec(Model):
                 f"killSig {value!r} is not a signal; give a name such as SIGTERM or a number"
             )
         return name
+
+    @field_validator(
+        "cron_minute", "cron_hour", "cron_day_of_month", "cron_month", "cron_day_of_week"
+    )
+    @classmethod
+    def _cron(cls, value: int | str | None, info: ValidationInfo) -> str | None:
+        if value is None:
+            return None
+        if isinstance(value, bool):
+            raise ValueError(f"{info.field_name}: {value!r} is not a crontab field")
+        field = _CRON_NAMES[info.field_name or ""]
+        parse_cron_field(str(value), field)
+        return str(value).strip()
+
+    @field_validator("deferral_time")
+    @classmethod
+    def _deferral_time(cls, value: int | str | None) -> int | str | None:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return check_classad_int(value, field="deferralTime")
+        if isinstance(value, str):
+            check_expr(value, field="deferralTime")
+        return value
+
+    @model_validator(mode="after")
+    def _one_schedule(self) -> ExecutionJobSpec:
+        cron = [alias for name, alias in _CRON_NAMES.items() if getattr(self, name) is not None]
+        deferral = [
+            alias for name, alias in _DEFERRAL_NAMES.items() if getattr(self, name) is not None
+        ]
+        if cron and self.deferral_time is not None:
+            raise ValueError(
+                f"a job runs at its deferralTime or on its crontab ({', '.join(cron)}), not "
+                "both: keep one"
+            )
+        if (self.cron_window is not None or self.cron_prep_time is not None) and not cron:
+            raise ValueError(
+                "cronWindow and cronPrepTime need a crontab: give at least one of "
+                + ", ".join(_CRON_NAMES.values())
+            )
+        if deferral and self.deferral_time is None:
+            raise ValueError(
+                f"{' and '.join(deferral)} need deferralTime (or use cronWindow/cronPrepTime "
+                "with a crontab)"
+            )
+        if cron and self.cron_schedule_never_runs():
+            fields = ", ".join(f"{_CRON_NAMES[n]}={getattr(self, n)!r}" for n in _CRON_NAMES)
+            raise ValueError(f"the crontab {fields} names no day that exists")
+        return self
+
+    @property
+    def is_crontab(self) -> bool:
+        """The job runs on a crontab (at least one cron_* field), again after each exit."""
+        return any(getattr(self, name) is not None for name in _CRON_NAMES)
+
+    @property
+    def is_time_scheduled(self) -> bool:
+        """The job has a DeferralTime: its deferralTime or its crontab's next time."""
+        return self.deferral_time is not None or self.is_crontab
+
+    @property
+    def window_seconds(self) -> int:
+        """DeferralWindow: cronWindow for a crontab job, deferralWindow otherwise; 0 unset."""
+        window = self.cron_window if self.is_crontab else self.deferral_window
+        return window or 0
+
+    @property
+    def prep_seconds(self) -> int | None:
+        """DeferralPrepTime: cronPrepTime for a crontab job, deferralPrepTime otherwise."""
+        return self.cron_prep_time if self.is_crontab else self.deferral_prep_time
+
+    def cron_values(self) -> tuple[frozenset[int], ...]:
+        """The values of the five crontab fields, in CRON_FIELDS order; `*` for unset ones
+        (the manual: once one is given, the others default to every value)."""
+        return tuple(
+            parse_cron_field(str(getattr(self, name) or "*"), alias)
+            for name, alias in _CRON_NAMES.items()
+        )
+
+    def cron_schedule_never_runs(self) -> bool:
+        """No date matches: days of the month none of its months has (30 February), with
+        day of week unrestricted."""
+        _, _, days, months, weekdays = self.cron_values()
+        if self.cron_day_of_week is not None and len(weekdays) < 7:
+            return False  # a weekday matches in every month
+        longest = {2: 29, 4: 30, 6: 30, 9: 30, 11: 30}
+        return not any(day <= longest.get(month, 31) for month in months for day in days)
 
     @model_validator(mode="after")
     def _one_runtime(self) -> ExecutionJobSpec:
@@ -154,6 +279,16 @@ class ExecutionJobSpec(Model):
 
 #: The runtimes, in the order messages name them.
 RUNTIMES = ("process", "apptainer", "pod")
+#: The crontab fields: the model's name -> the spec's name.
+_CRON_NAMES = {
+    "cron_minute": "cronMinute",
+    "cron_hour": "cronHour",
+    "cron_day_of_month": "cronDayOfMonth",
+    "cron_month": "cronMonth",
+    "cron_day_of_week": "cronDayOfWeek",
+}
+assert tuple(_CRON_NAMES.values()) == tuple(f[0] for f in CRON_FIELDS)
+_DEFERRAL_NAMES = {"deferral_window": "deferralWindow", "deferral_prep_time": "deferralPrepTime"}
 
 
 class JobExecution(Model):

@@ -27,12 +27,16 @@ def job_ad(
     cluster_id: int | None = None,
     qdate: int | None = None,
     job_status: str = "Idle",
+    deferral_time: int | None = None,
 ) -> Any:
     """The job ClassAd: condor_submit's Request*/Require*/Requirements/Rank names, memory in
     MiB and disk in KiB, JobPrio, Owner, ClusterId/ProcId, QDate, JobStatus, KillSig,
     MaxJobRetirementTime, JobMaxVacateTime, the runtime's Cmd, Args, Environment, Iwd, In,
     Out, Err, `JobUniverse = 5` unless the spec's extra attributes (HTCondor's `+Attr`) set
-    it, then those attributes.
+    it, then those attributes. A deferred or crontab job also has DeferralTime (the given
+    `deferral_time`, the schedd's, else the spec's deferralTime), DeferralWindow,
+    DeferralPrepTime, its Cron* fields as strings and, for a crontab job, OnExitRemove
+    FALSE ("Time Scheduling for Job Execution").
 
     Raises `kondor_core.classads.ExpressionError` naming the field of an unparsable expression.
     """
@@ -73,9 +77,41 @@ def job_ad(
     for attribute, text in expressions.items():
         if text is not None:
             values[attribute] = parse_expr(text, field=attribute)
+    values.update(_schedule(spec, deferral_time))
     for attribute, text in spec.attributes.items():
         values[attribute] = parse_expr(text, field=f"attributes.{attribute}")
     return classad2.ClassAd(values)
+
+
+def _schedule(spec: ExecutionJobSpec, deferral_time: int | None) -> dict[str, Any]:
+    """DeferralTime, DeferralWindow, DeferralPrepTime, Cron* and OnExitRemove."""
+    if not spec.is_time_scheduled:
+        return {}
+    values: dict[str, Any] = {"DeferralWindow": spec.window_seconds}
+    if deferral_time is not None:
+        values["DeferralTime"] = deferral_time
+    elif isinstance(spec.deferral_time, str):
+        values["DeferralTime"] = parse_expr(spec.deferral_time, field="deferralTime")
+    elif spec.deferral_time is not None:
+        values["DeferralTime"] = spec.deferral_time
+    if spec.prep_seconds is not None:
+        values["DeferralPrepTime"] = spec.prep_seconds
+    for name, attribute in _CRON_ATTRIBUTES.items():
+        value = getattr(spec, name)
+        if value is not None:
+            values[attribute] = str(value)
+    if spec.is_crontab:
+        values["OnExitRemove"] = False
+    return values
+
+
+_CRON_ATTRIBUTES = {
+    "cron_minute": "CronMinute",
+    "cron_hour": "CronHour",
+    "cron_day_of_month": "CronDayOfMonth",
+    "cron_month": "CronMonth",
+    "cron_day_of_week": "CronDayOfWeek",
+}
 
 
 def _runtime(spec: ExecutionJobSpec) -> dict[str, Any]:
