@@ -349,6 +349,11 @@ class ExecutionJobStatus(Model):
     num_job_matches: int = Field(
         default=0, description="NumJobMatches: matches made (each claim id is <uid>#<number>)"
     )
+    deferral_time: int | None = Field(
+        default=None,
+        description="DeferralTime (seconds since the epoch): when a deferred job starts, or a "
+        "crontab job's next run",
+    )
     hold_reason: str | None = None
     hold_reason_code: int | None = None
     exit_code: int | None = None

@@ -42,6 +42,15 @@ from kondor_core.api import (
 from kondor_core.api.pool import CycleStats, PoolStatus
 from kondor_core.classads import ExpressionError
 from kondor_core.jobs import job_ad
+from kondor_core.jobs.deferral import (
+    HOLD_MISSED_DEFERRED_EXECUTION_TIME,
+    MISSED_REASON,
+    crontab_of,
+    matchable_at,
+    may_match,
+    missed,
+    next_cron_time,
+)
 from kondor_core.negotiation.accountant import effective_priorities, submitter
 from kondor_core.negotiation.accountant import update as update_accountant
 from kondor_core.negotiation.fairshare import (
@@ -110,6 +119,7 @@ def follow(
     if status.cluster_id is None and cluster_id is not None:
         status = status.model_copy(update={"cluster_id": cluster_id})
     new, why = _next(job, status, now, settings)
+    new, why = _scheduled(job, status, new, why, now)
     label = new.execution_point
     if old is not None and _operator_part(old) == _operator_part(new):
         if job.metadata.labels.get(EXECUTION_POINT_LABEL) == label:
@@ -144,7 +154,7 @@ def _next(
         return status, "stays Held (held by the system: set spec.hold, then clear it, to release)"
     answer = _answer(status)
     if answer is not None:
-        return _answered(status, answer, now)
+        return _answered(status, answer, now, requeue=spec.is_crontab)
     if status.claim_id is not None and status.job_status == "Idle":
         matched = parse_time(status.match_time or "")
         if matched is None or now - matched.timestamp() >= settings.match_timeout:
@@ -165,7 +175,7 @@ def _answer(status: ExecutionJobStatus) -> JobExecution | None:
 
 
 def _answered(
-    status: ExecutionJobStatus, answer: JobExecution, now: float
+    status: ExecutionJobStatus, answer: JobExecution, now: float, *, requeue: bool = False
 ) -> tuple[ExecutionJobStatus, str]:
     # The job is Idle while its claim is not started: a first answer that says it started
     # counts one start, and later answers of the same claim see it Running already.
@@ -184,6 +194,18 @@ def _answered(
             "job_start_date": first_start,
         }
         return status.model_copy(update=update), answer.state
+    if answer.state == "Exited" and requeue:
+        # A crontab job stays in the queue (on_exit_remove = false) and runs again at its
+        # next time, computed when it is re-queued (`_scheduled`).
+        idle = _idle(status, now, "Exited", "exited; runs again at its next crontab time")
+        update = {
+            "num_job_starts": starts,
+            "job_start_date": first_start,
+            "exit_code": answer.exit_code,
+            "exit_signal": answer.exit_signal,
+            "deferral_time": None,
+        }
+        return idle.model_copy(update=update), "exited, re-queued (crontab)"
     if answer.state == "Exited":
         return status.model_copy(
             update={
@@ -211,6 +233,68 @@ def _answered(
         "last_vacate_time": format_time(now),
     }
     return idle.model_copy(update=update), "vacated"
+
+
+def _scheduled(
+    job: ExecutionJob,
+    before: ExecutionJobStatus,
+    status: ExecutionJobStatus,
+    why: str,
+    now: float,
+) -> tuple[ExecutionJobStatus, str]:
+    """DeferralTime of an idle, unmatched deferred or crontab job ("Time Scheduling for Job
+    Execution"): a crontab job gets its next time when it enters the queue, is re-queued
+    or released, and when it could not be matched within its window (it "must wait for
+    the next execution time"); a deferred job gets its deferralTime evaluated once, and is
+    held with HoldReasonCode 20 once its window has passed unmatched (the starter would
+    hold it on arrival)."""
+    spec = job.spec
+    if not spec.is_time_scheduled or status.job_status != "Idle" or status.claim_id is not None:
+        return status, why
+    at = status.deferral_time
+    crontab = crontab_of(spec)
+    if crontab is not None:
+        requeued = before.job_status in ("Held", "Running", "Suspended")
+        if at is None or requeued or missed(at, spec.window_seconds, now):
+            then = next_cron_time(crontab, now)
+            if then != at:
+                moved = f"next run at {format_time(then)}" if then is not None else "no next run"
+                return status.model_copy(update={"deferral_time": then}), f"{why}; {moved}"
+        return status, why
+    if at is None:
+        value = _deferral_time(job)
+        if value is None:
+            return status.model_copy(
+                update={
+                    "job_status": "Held",
+                    "hold_reason": f"deferralTime {spec.deferral_time!r} does not evaluate to "
+                    "a time (seconds since the epoch)",
+                    "hold_reason_code": HOLD_FAILED_TO_CREATE_PROCESS,
+                }
+            ), "deferralTime is no time"
+        at = value
+        status = status.model_copy(update={"deferral_time": at})
+        why = f"{why}; deferred to {format_time(at)}"
+    if missed(at, spec.window_seconds, now):
+        return status.model_copy(
+            update={
+                "job_status": "Held",
+                "hold_reason": MISSED_REASON,
+                "hold_reason_code": HOLD_MISSED_DEFERRED_EXECUTION_TIME,
+            }
+        ), "missed its deferral window"
+    return status, why
+
+
+def _deferral_time(job: ExecutionJob) -> int | None:
+    """The job's deferralTime evaluated in its ad (QDate + 60 ...); None when it is no number."""
+    try:
+        value = _ad(job).eval("DeferralTime")
+    except ExpressionError:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return math.floor(value)
 
 
 def _idle(
@@ -359,9 +443,16 @@ def plan_cycle(
     execution_points = list(execution_points)
     pending = {where for job in all_jobs if (where := pending_claim(job)) is not None}
     idle = sorted((job for job in all_jobs if is_idle(job)), key=submission_key)
+    changes: list[JobChange] = []
+    ready = [job for job in idle if _may_match_now(job, now, settings)]
+    if len(ready) < len(idle):
+        keys = {job_key(job) for job in ready}
+        for job in idle:
+            if job_key(job) not in keys:
+                changes += _rejected(job, _deferred_reason(job, settings))
+        idle = ready
     by_key = {job_key(job): job for job in idle}
     queue: list[IdleJob] = []
-    changes: list[JobChange] = []
     for order, job in enumerate(idle):
         try:
             ad = _ad(job)
@@ -495,6 +586,29 @@ def _ad(job: ExecutionJob) -> Any:
         cluster_id=status.cluster_id if status is not None else None,
         qdate=math.floor(created.timestamp()) if created is not None else None,
     )
+
+
+def _may_match_now(job: ExecutionJob, now: float, settings: PoolSpec) -> bool:
+    """A deferred or crontab job is offered to the negotiator only once `time() +
+    SCHEDD_INTERVAL >= DeferralTime - DeferralPrepTime` (the negotiator's interval is
+    Kondor's SCHEDD_INTERVAL: the queue is looked at once a cycle); one whose DeferralTime
+    the schedd has not set yet (or a crontab with no next run) is not offered."""
+    spec = job.spec
+    if not spec.is_time_scheduled:
+        return True
+    at = job.status.deferral_time if job.status is not None else None
+    if at is None:
+        return False
+    return may_match(at, spec.prep_seconds, now, settings.negotiator_interval)
+
+
+def _deferred_reason(job: ExecutionJob, settings: PoolSpec) -> str:
+    at = job.status.deferral_time if job.status is not None else None
+    if at is None:
+        return "deferred: no DeferralTime yet"
+    start = matchable_at(at, job.spec.prep_seconds, settings.negotiator_interval)
+    after = f"; matched from {format_time(start)}" if start is not None else ""
+    return f"deferred: DeferralTime {format_time(at)}{after}"
 
 
 def _rejected(job: ExecutionJob, reason: str) -> list[JobChange]:
