@@ -27,6 +27,12 @@ from kondor_core.api import ExecutionJob, JobExecution
 from kondor_core.api.job import ExecutionState
 from kondor_core.api.meta import format_time, model_patch, parse_time
 from kondor_core.jobs import job_ad
+from kondor_core.jobs.deferral import (
+    HOLD_MISSED_DEFERRED_EXECUTION_TIME,
+    MISSED_REASON,
+    Start,
+    start_decision,
+)
 from kondor_core.policy import Action, ActionKind, Event
 from kondor_core.slots import SlotAd
 from kondor_core.startd.claims import Ended, job_id, schedd_events
@@ -192,6 +198,18 @@ class _Running:
 
 
 @dataclass
+class _Deferred:
+    """A claimed job waiting on its slot for its DeferralTime ("Job Deferral")."""
+
+    action: Action
+    slot: SlotAd
+    at: float
+    #: SUSPEND came while it waited: it starts suspended ("When the deferral time arrives,
+    #: HTCondor begins execution for the job, but immediately suspends it").
+    suspended: bool = False
+
+
+@dataclass
 class JobRunner:
     """The jobs of one node: what the schedd says to the startd, and what the startd's
     actions do to the jobs' processes."""
@@ -212,6 +230,8 @@ class JobRunner:
     _adopting: dict[str, Any] = field(default_factory=dict)
     #: Seconds between writes of a running job's usage (HTCondor's STARTER_UPDATE_INTERVAL).
     usage_interval: float = 300.0
+    #: Claimed jobs waiting for their DeferralTime: job id -> what starts them.
+    deferred: dict[str, _Deferred] = field(default_factory=dict)
 
     def events(self, node: startd.Startd) -> dict[str, list[Event]]:
         """Read the node's jobs, collect ended processes, and say what the schedd says."""
@@ -310,6 +330,8 @@ class JobRunner:
         for action in actions:
             name = action.job_id or ""
             run = self.running.get(name)
+            if name in self.deferred and self._while_deferred(name, action):
+                continue
             if action.kind is ActionKind.REFUSE_CLAIM and name in self._adopting:
                 self._give_up(name, action.reason)
             elif action.kind is ActionKind.REFUSE_CLAIM and action.claim_id:
@@ -398,12 +420,105 @@ class JobRunner:
             self.running[name] = run
             self._write_running(run, "Running")
             return
-        ad = job_ad(job.spec, name, cluster_id=job.status.cluster_id if job.status else None)
-        slot_ad = ads[action.slot]
+        if self._defer(job, action, ads[action.slot]):
+            return
+        self._launch(job, action, ads[action.slot])
+
+    def _launch(self, job: ExecutionJob, action: Action, slot_ad: SlotAd) -> None:
+        name = action.job_id or ""
+        claim_id = action.claim_id or ""
+        status = job.status
+        ad = job_ad(
+            job.spec,
+            name,
+            cluster_id=status.cluster_id if status else None,
+            deferral_time=status.deferral_time if status else None,
+        )
         handle = self.launcher.launch(job, name, slot_ad, ad.printOld())
         run = _Running(job, claim_id, action.slot, handle, self.clock())
         self.running[name] = run
         self._write_running(run, "Running")
+
+    # -- job deferral ("Time Scheduling for Job Execution"): the starter's wait ----------------
+
+    def _defer(self, job: ExecutionJob, action: Action, slot_ad: SlotAd) -> bool:
+        """The starter's check of DeferralTime on arrival (`deferral.start_decision`): a job
+        whose time is ahead waits on its claimed slot, answered Running (the manual: "While
+        a job waits, its ... JobStatus indicates the job is in the Running state"); one past
+        its DeferralWindow is answered Failed with HoldReasonCode 20 and never starts. True
+        when the job does not start now."""
+        status = job.status
+        at = status.deferral_time if status is not None else None
+        decision = start_decision(at, job.spec.window_seconds, self.clock())
+        if decision is Start.NOW or at is None:
+            return False
+        name = action.job_id or ""
+        claim_id = action.claim_id or ""
+        if decision is Start.MISSED:
+            log.info("%s missed its DeferralTime %s: held", name, format_time(at))
+            self._ended[name] = Ended(killed=True)
+            answer = JobExecution(
+                claim_id=claim_id,
+                state="Failed",
+                slot=action.slot,
+                end_time=format_time(self.clock()),
+                hold_reason=MISSED_REASON,
+                hold_reason_code=HOLD_MISSED_DEFERRED_EXECUTION_TIME,
+            )
+            self._write(job, answer)
+            return True
+        log.info("%s waits on %s for its DeferralTime %s", name, action.slot, format_time(at))
+        self.deferred[name] = _Deferred(action, slot_ad, at)
+        self._write(job, JobExecution(claim_id=claim_id, state="Running", slot=action.slot))
+        return True
+
+    def start_deferred(self) -> None:
+        """Start the waiting jobs whose DeferralTime has come (the loop calls this every
+        step and wakes at `next_deferred`)."""
+        now = self.clock()
+        for name, waiting in list(self.deferred.items()):
+            if now < waiting.at:
+                continue
+            del self.deferred[name]
+            job = self._jobs.get(name)
+            if job is None:
+                self._ended[name] = Ended(killed=True)
+                continue
+            self._launch(job, waiting.action, waiting.slot)
+            run = self.running.get(name)
+            if waiting.suspended and run is not None:
+                self.launcher.suspend(run.handle)
+                run.suspended = True
+                self._write_running(run, "Suspended")
+
+    def next_deferred(self) -> float | None:
+        """The earliest DeferralTime a waiting job starts at (None: none waits)."""
+        return min((waiting.at for waiting in self.deferred.values()), default=None)
+
+    def _while_deferred(self, name: str, action: Action) -> bool:
+        """The startd's actions on a job still waiting for its DeferralTime: a kill ends the
+        wait (answered Killed: the operator holds, removes or re-queues it), SUSPEND and
+        CONTINUE only mark it. True when the action was taken here."""
+        waiting = self.deferred[name]
+        if action.kind in (ActionKind.SOFT_KILL, ActionKind.HARD_KILL):
+            del self.deferred[name]
+            self._ended[name] = Ended(killed=True)
+            job = self._jobs.get(name)
+            if job is not None:
+                claim_id = waiting.action.claim_id or ""
+                killed = JobExecution(
+                    claim_id=claim_id,
+                    state="Killed",
+                    slot=waiting.action.slot,
+                    end_time=format_time(self.clock()),
+                    reason="vacated while waiting for its DeferralTime",
+                )
+                self._write(job, killed)
+            return True
+        if action.kind in (ActionKind.SUSPEND_JOB, ActionKind.CONTINUE_JOB):
+            waiting.suspended = action.kind is ActionKind.SUSPEND_JOB
+            return True
+        return False
 
     def _write_running(
         self, run: _Running, state: ExecutionState, usage: Usage | None = None

@@ -136,6 +136,8 @@ class Agent:
     def step(self) -> float:
         """Evaluate if a polling tick is due, write if a write is due; the next wake time."""
         now = self.clock()
+        if self.jobs is not None and self.jobs.deferred:
+            self.jobs.start_deferred()  # at their DeferralTime, not at the next tick
         if self.jobs is not None and self.jobs.any_ended():
             self._woken = True  # a job's exit is a state change: act on it now
         if self._woken or self._next_tick is None or now >= self._next_tick:
@@ -147,6 +149,9 @@ class Agent:
         wake = self._next_tick
         if self.jobs is not None and self.jobs.running:
             wake = min(wake, now + JOB_WATCH_INTERVAL)
+        deferred = self.jobs.next_deferred() if self.jobs is not None else None
+        if deferred is not None:
+            wake = min(wake, max(deferred, now))
         due = self.coalescer.next_due()
         return wake if due is None else min(wake, max(due, now))
 
