@@ -75,16 +75,23 @@ class RefusedExecutableError(ValueError):
 def resolve_executable(job: CronJob, hooks_dir: Path) -> Path:
     """The file to run for `job`: inside `hooks_dir` with symlinks resolved, an executable
     regular file; RefusedExecutableError says why not."""
-    where = job.source or f"startd cron job {job.name}"
+    return resolve_hook(
+        job.executable, hooks_dir, where=job.source or f"startd cron job {job.name}"
+    )
+
+
+def resolve_hook(executable: str, hooks_dir: Path, *, where: str) -> Path:
+    """The file a hook (a startd cron job, a job hook) runs: inside `hooks_dir` with symlinks
+    resolved, an executable regular file; RefusedExecutableError says why not, from `where`."""
     try:
-        lexical = hook_path(job.executable, str(hooks_dir), field=where)
+        lexical = hook_path(executable, str(hooks_dir), field=where)
     except HookPathError as err:
         raise RefusedExecutableError(str(err)) from None
     root = hooks_dir.resolve()
     real = Path(lexical).resolve()
     if not real.is_relative_to(root):
         raise RefusedExecutableError(
-            f"{where}: {job.executable!r} resolves to {real}, outside the hooks directory "
+            f"{where}: {executable!r} resolves to {real}, outside the hooks directory "
             f"{root} (a symlink leads out of it)"
         )
     if not real.is_file():

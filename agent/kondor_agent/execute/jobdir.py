@@ -9,6 +9,7 @@ containerd's shims and slurmstepd keep theirs on disk:
         job.pid          the job's pid (also its process group), once it runs
         exit.json        the result (`records.JobResult`'s fields), written once, atomically
         killed           the signal the agent sent, when it ended the job
+        exit-how         why the agent ended it (remove, hold, evict), for the JOB_EXIT hook
         supervisor.log   the supervisor's own stdout and stderr
         image-test.log   what `apptainer test` said before an Apptainer job
         scratch/         _CONDOR_SCRATCH_DIR: .job.ad, .machine.ad, the job's files
@@ -26,6 +27,7 @@ SUPERVISOR_PID = "supervisor.pid"
 JOB_PID = "job.pid"
 EXIT = "exit.json"
 KILLED = "killed"
+EXIT_HOW = "exit-how"
 SUPERVISOR_LOG = "supervisor.log"
 IMAGE_TEST_LOG = "image-test.log"
 SCRATCH = "scratch"
@@ -42,6 +44,8 @@ IWD_ERROR = 14
 OUT_OF_MEMORY = 34
 #: `apptainer test` of the job's image failed before the job ran (SINGULARITY_RUN_TEST_BEFORE_JOB).
 SINGULARITY_TEST_FAILED = 41
+#: PREPARE_JOB could not run or failed (HookPrepareJobFailure); the subcode is its status.
+HOOK_PREPARE_JOB_FAILURE = 19
 
 
 def write_atomic(path: str | os.PathLike[str], text: str, *, durable: bool = False) -> None:

@@ -14,6 +14,11 @@ in the scratch directory (or the initial directory). An Apptainer job (or any jo
 SINGULARITY_JOB sends there) runs with the command line HTCondor's starter builds
 (`kondor_core.jobs.apptainer`), as the manual's example shows it:
 `apptainer -s exec -S /tmp -S /var/tmp --pwd <iwd> -B <scratch> --no-home -C <image> <exe> <args>`.
+
+A job's hooks (`kondor_core.jobs.hooks`: PREPARE_JOB, UPDATE_JOB_INFO, JOB_EXIT) run from the
+agent's hooks directory only: each program is checked here, with symlinks resolved, and one
+outside it (or not an executable file) holds the job with HookPrepareJobFailure and a reason
+naming the knob. The supervisor runs them (`hookrun`).
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from kondor_agent.cron import RefusedExecutableError, resolve_hook
 from kondor_agent.execute import records
 from kondor_agent.execute.cgroups import SUPERVISORS, CgroupError, JobCgroups
 from kondor_agent.execute.limits import CgroupLimits
@@ -42,6 +48,7 @@ from kondor_core.jobs.apptainer import (
     apptainer_command,
     job_wants_apptainer,
 )
+from kondor_core.jobs.hooks import JOB_EXIT, PREPARE_JOB, UPDATE_JOB_INFO, JobHooks
 
 #: The search path a job gets when its environment names none (dash's and systemd's default).
 DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin"
@@ -151,8 +158,10 @@ class ProcessLauncher:
         search_path: str | None = None,
         clock: Callable[[], float] = time.time,
         pid_namespaces: Callable[[], bool] = pid_namespaces_work,
+        hooks_dir: Path | None = None,
     ) -> None:
         self.execute_dir = Path(execute_dir).resolve()
+        self.hooks_dir = hooks_dir
         self.cgroups = cgroups
         self._python = python
         self._search_path = search_path
@@ -178,10 +187,12 @@ class ProcessLauncher:
         slot: str,
         limits: CgroupLimits | None = None,
         apptainer: ApptainerSettings | None = None,
+        hooks: JobHooks | None = None,
     ) -> JobHandle:
         """Create the job's directory and cgroup and start its supervisor; returns at once.
 
-        `apptainer` holds the SlotPolicy's SINGULARITY knobs (HTCondor's defaults when None).
+        `apptainer` holds the SlotPolicy's SINGULARITY knobs (HTCondor's defaults when None);
+        `hooks` the job's hooks, run from the hooks directory only.
         A job that cannot start (no apptainer, no image, no cgroup, bad paths) still gets a
         handle: `poll` returns its `failed` result with the hold reason.
         """
@@ -224,6 +235,14 @@ class ProcessLauncher:
                 failure = contained
             elif contained is not None:
                 argv, environment, image_test = contained
+        command_at = len(argv) - len(runtime.arguments) - 1
+        hook_spec: dict[str, object] | None = None
+        if failure is None and hooks is not None:
+            checked = self._hook_spec(hooks)
+            if isinstance(checked, JobResult):
+                failure = checked
+            else:
+                hook_spec = checked
         if failure is None and self.cgroups.enabled:
             try:
                 self.cgroups.create(cgroup, limits)
@@ -257,6 +276,8 @@ class ProcessLauncher:
             ),
             cgroup_kill_file=_str_or_none(self.cgroups.kill_file(cgroup)),
             image_test=image_test,
+            hooks=hook_spec,
+            command_at=command_at if hook_spec is not None else None,
         )
         records.write_atomic(directory / records.SPEC, spec.to_json())
         if failure is not None:
@@ -264,8 +285,34 @@ class ProcessLauncher:
                 directory / records.EXIT, replace(failure, end_time=self._clock()).to_json()
             )
             return handle
-        self._start_supervisor(directory)
+        self._start_supervisor(directory, site=hook_spec is not None)
         return handle
+
+    def _hook_spec(self, hooks: JobHooks) -> dict[str, object] | JobResult:
+        """The spec's `hooks`: each program checked against the hooks directory; a refused
+        one is the job's failure, naming the knob."""
+        spec: dict[str, object] = {
+            "keyword": hooks.keyword,
+            "knobs": {hook: hooks.knob(hook) for hook in (PREPARE_JOB, UPDATE_JOB_INFO, JOB_EXIT)},
+            "initial_update_interval": hooks.initial_update_interval,
+            "update_interval": hooks.update_interval,
+            "timeout": hooks.timeout,
+        }
+        for hook in (PREPARE_JOB, UPDATE_JOB_INFO, JOB_EXIT):
+            program = hooks.program(hook)
+            if program is None:
+                continue
+            where = f"{hooks.knob(hook)} = {program}"
+            try:
+                if self.hooks_dir is None:
+                    raise RefusedExecutableError(f"{where}: the agent has no hooks directory")
+                resolved = resolve_hook(program, self.hooks_dir, where=where)
+            except RefusedExecutableError as err:
+                return JobResult.failure(
+                    records.HOOK_PREPARE_JOB_FAILURE, 0, f"Job hook refused: {err}", at=0.0
+                )
+            spec[hook.lower()] = str(resolved)
+        return spec
 
     def _in_apptainer(
         self,
@@ -328,10 +375,12 @@ class ProcessLauncher:
             self._pid_namespaces = self._probe_pid_namespaces()
         return self._pid_namespaces
 
-    def _start_supervisor(self, directory: Path) -> None:
+    def _start_supervisor(self, directory: Path, *, site: bool = False) -> None:
+        # A job with hooks needs the ClassAd library from site-packages to read their ads.
+        flags = [] if site else ["-S"]
         with open(directory / records.SUPERVISOR_LOG, "ab") as log:
             outer = subprocess.Popen(
-                [self._python, "-S", "-m", "kondor_agent.execute.supervisor", str(directory)],
+                [self._python, *flags, "-m", "kondor_agent.execute.supervisor", str(directory)],
                 env=self._supervisor_env,
                 stdin=subprocess.DEVNULL,
                 stdout=log,
@@ -430,6 +479,13 @@ class ProcessLauncher:
         supervisor = _read_int(handle.directory / records.SUPERVISOR_PID)
         if supervisor is not None and _process_alive(supervisor, handle.directory):
             os.kill(supervisor, sig)
+
+    def note_exit_how(self, handle: JobHandle, how: str) -> None:
+        """Why the agent is ending the job (remove, hold, evict), for its JOB_EXIT hook;
+        written before the kill, as the supervisor reads it once the job has ended."""
+        if self._result(handle) is None:
+            with contextlib.suppress(OSError):
+                records.write_atomic(handle.directory / records.EXIT_HOW, f"{how}\n")
 
     def hard_kill(self, handle: JobHandle) -> None:
         """SIGKILL every process of the job: the cgroup's, else its process group."""

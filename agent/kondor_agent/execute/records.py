@@ -14,7 +14,9 @@ from typing import Any, Literal
 
 from kondor_agent.execute.jobdir import (
     EXIT,
+    EXIT_HOW,
     FAILED_TO_CREATE_PROCESS,
+    HOOK_PREPARE_JOB_FAILURE,
     IWD_ERROR,
     JOB_AD,
     JOB_PID,
@@ -32,7 +34,9 @@ from kondor_agent.execute.jobdir import (
 
 __all__ = [
     "EXIT",
+    "EXIT_HOW",
     "FAILED_TO_CREATE_PROCESS",
+    "HOOK_PREPARE_JOB_FAILURE",
     "IWD_ERROR",
     "JOB_AD",
     "JOB_PID",
@@ -77,6 +81,12 @@ class LaunchSpec:
     cgroup_kill_file: str | None = None
     #: Run before the job (`apptainer test <image>`); a failure holds the job (code 41).
     image_test: list[str] | None = None
+    #: The job hooks (`kondor_agent.execute.hookrun`): programs already checked against the
+    #: hooks directory, the knobs that named them, intervals and timeout; None: no hooks.
+    hooks: dict[str, Any] | None = None
+    #: Where the job's own executable is in `argv` (after any Apptainer command), so that a
+    #: PREPARE_JOB hook's Cmd and Arguments can replace it and its arguments.
+    command_at: int | None = None
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=1, sort_keys=True) + "\n"
@@ -110,6 +120,8 @@ class JobResult:
     hold_reason: str | None = None
     hold_reason_code: int | None = None
     hold_reason_subcode: int | None = None
+    #: The PREPARE_JOB hook sent the job back to Idle (HookStatusCode 300 and up): why.
+    requeue_reason: str | None = None
     killed: bool = False
 
     def to_json(self) -> str:

@@ -17,6 +17,11 @@ is missing, 8 and 7 when the input or an output file cannot be opened, 6
 FailedToCreateProcess when the executable cannot be executed; the errno is the
 subcode and the message names the path.
 
+A job with hooks (the spec's `hooks`) has them run here, by `hookrun`, imported only then:
+PREPARE_JOB before the job is spawned (it may hold the job, send it back to Idle, or edit
+its ad and command line), UPDATE_JOB_INFO on its schedule while the job runs, JOB_EXIT
+after it has ended and before the result is written.
+
 Start-up time is launch latency, so this imports only `os`, `signal`, `json`,
 `time` and `resource`, forks and execs by hand rather than through
 `subprocess`, and reads and writes the records as plain dicts (`records`
@@ -303,6 +308,17 @@ def run(spec: dict[str, Any], job_dir: str) -> dict[str, Any]:
         failure = _image_test(spec, job_dir)
         if failure is not None:
             return failure
+    hooks: dict[str, Any] | None = spec.get("hooks")
+    runner: Any = None
+    if hooks:
+        # Only a job with hooks pays for their imports (the ClassAd library among them).
+        from kondor_agent.execute import hookrun  # noqa: PLC0415
+
+        runner = hookrun
+        if hooks.get("prepare_job"):
+            failure = hookrun.prepare(spec)
+            if failure is not None:
+                return failure
     fds = _open_files(spec)
     if isinstance(fds, dict):
         return fds
@@ -321,7 +337,10 @@ def run(spec: dict[str, Any], job_dir: str) -> dict[str, Any]:
     for pending_signal in pending:
         forward(pending_signal, None)
 
-    _, status, rusage = os.wait4(spawned, 0)
+    if runner is not None and hooks and hooks.get("update_job_info"):
+        _, status, rusage = runner.wait_with_updates(spec, spawned, start)
+    else:
+        _, status, rusage = os.wait4(spawned, 0)
     end = time.time()
     # HTCondor ends what the job left behind when its main process exits.
     _kill_leftovers(spec, spawned)
@@ -329,7 +348,7 @@ def run(spec: dict[str, Any], job_dir: str) -> dict[str, Any]:
     peak = _peak_memory_mib(spec, rusage)
     # Killed by the kernel for its memory: held, not ended (the reference's cgroup section).
     held = _out_of_memory(spec, peak) if code == -signal.SIGKILL and _oom_kills(spec) else {}
-    return _result(
+    result = _result(
         "exited",
         exit_code=code if code >= 0 else None,
         exit_signal=-code if code < 0 else None,
@@ -340,6 +359,9 @@ def run(spec: dict[str, Any], job_dir: str) -> dict[str, Any]:
         peak_memory_mib=peak,
         **held,
     )
+    if runner is not None and hooks and hooks.get("job_exit"):
+        runner.job_exit(spec, job_dir, spawned, start, result)
+    return result
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -344,4 +344,10 @@ def test_the_supervisors_result_has_exactly_the_fields_jobresult_knows(
     written = set(json.loads((handle.directory / records.EXIT).read_text()))
     known = {f.name for f in dataclasses.fields(JobResult)}
     # Everything the supervisor measures, under JobResult's names; `killed` is the launcher's.
-    assert written == known - {"killed", "hold_reason", "hold_reason_code", "hold_reason_subcode"}
+    assert written == known - {
+        "killed",
+        "hold_reason",
+        "hold_reason_code",
+        "hold_reason_subcode",
+        "requeue_reason",
+    }
