@@ -352,3 +352,37 @@ def test_a_job_over_its_slot_s_memory_is_oom_killed_and_held(cluster: Cluster) -
     # The dynamic slot has 128 MiB (64Mi rounded up to the 128 MiB quantum): its limit.
     assert "over cgroup memory limit of 128 megabytes" in status["holdReason"]
     assert status["execution"]["exitSignal"] == 9
+
+
+def test_a_deferred_job_runs_no_earlier_than_its_deferral_time(cluster: Cluster) -> None:
+    """The manual's "Job Deferral": matched ahead of time, it waits on its slot (Running)
+    and starts at DeferralTime; one whose window has passed is held with HoldReasonCode 20."""
+    at = int(time.time()) + 10
+    script = 'date +%s.%N > "$_CONDOR_SCRATCH_DIR/started"'
+    cluster.apply(process_job("deferred", script, deferralTime=at), user="alice")
+    cluster.apply(
+        process_job("too-late", "exit 0", deferralTime=at - 100, deferralWindow=30), user="alice"
+    )
+    held = eventually(
+        lambda: (j := cluster.job("too-late"))["status"]["jobStatus"] == "Held" and j,
+        30,
+        "the late job Held",
+    )
+    assert held["status"]["holdReasonCode"] == 20
+    assert "missed its deferred execution time" in held["status"]["holdReason"]
+    waiting = eventually(
+        lambda: (j := cluster.job("deferred"))["status"]["jobStatus"] == "Running" and j,
+        15,
+        "the deferred job matched and waiting, Running",
+    )
+    assert waiting["status"]["deferralTime"] == at
+    assert time.time() < at, "matched, claimed and waiting before its time"
+    done = eventually(
+        lambda: (j := cluster.job("deferred"))["status"]["jobStatus"] == "Completed" and j,
+        40,
+        "the deferred job Completed",
+    )
+    scratch = Path(done["status"]["execution"]["directory"]) / "scratch"
+    started = float((scratch / "started").read_text())
+    assert at <= started < at + 3, f"started at {started}, DeferralTime {at}"
+    assert f"DeferralTime = {at}" in (scratch / ".job.ad").read_text()
