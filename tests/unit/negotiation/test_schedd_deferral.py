@@ -115,3 +115,11 @@ def test_a_released_crontab_job_gets_a_new_time() -> None:
     }
     status = _status(job(held, **HOUR))
     assert (status.job_status, status.deferral_time) == ("Idle", NOW + 3600)
+
+
+def test_a_crontab_job_without_prep_time_is_matched_about_its_time() -> None:
+    status = {"jobStatus": "Idle", "clusterId": 7, "deferralTime": int(NOW) + 3600}
+    hourly = job(status, cronMinute=0)
+    ep = [execution_point("node-a")]
+    assert plan_cycle([hourly], ep, NOW, SETTINGS).matched == 0
+    assert plan_cycle([hourly], ep, NOW + 3600 - 20, SETTINGS).matched == 1
