@@ -109,7 +109,10 @@ def build_parser() -> argparse.ArgumentParser:
         "--hooks-dir",
         type=Path,
         default=Path(DEFAULT_HOOKS_DIR),
-        help=f"startd cron executables run from this directory only (default {DEFAULT_HOOKS_DIR})",
+        help=(
+            "startd cron executables and job hooks run from this directory only "
+            f"(default {DEFAULT_HOOKS_DIR})"
+        ),
     )
     parser.add_argument(
         "--cron-timeout",
@@ -314,7 +317,8 @@ def _process_launcher(args: argparse.Namespace) -> ProcessLauncher:
         log.warning("jobs run without cgroups: %s", err)
         cgroups = JobCgroups.disabled()
     log.info("job cgroups: %s", cgroups.describe())
-    return ProcessLauncher(args.execute_dir, cgroups)
+    # Job hooks run from the same admin-controlled directory as startd cron jobs.
+    return ProcessLauncher(args.execute_dir, cgroups, hooks_dir=args.hooks_dir)
 
 
 if __name__ == "__main__":

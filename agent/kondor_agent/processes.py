@@ -6,7 +6,10 @@ run's output stays for `kubectl kondor tail` until the ExecutionJob is deleted. 
 Cpus and Memory become the job cgroup's CPU weight and memory limit, as the SlotPolicy's
 CGROUP_MEMORY_LIMIT_POLICY, DISABLE_SWAP_FOR_JOB and Kondor's CPU and pids knobs say
 (`kondor_agent.execute.limits`); an Apptainer job's command line follows the SINGULARITY
-knobs (`kondor_core.jobs.apptainer`).
+knobs (`kondor_core.jobs.apptainer`). The job's hooks (PREPARE_JOB, UPDATE_JOB_INFO, JOB_EXIT) are
+the SlotPolicy's `<Keyword>_HOOK_*` knobs under the keyword `kondor_core.jobs.hooks` resolves
+for the slot and the job's HookKeyword; a PREPARE_JOB that sends the job back to Idle
+(HookStatusCode 300 and up) makes its run an eviction.
 """
 
 from __future__ import annotations
@@ -23,11 +26,18 @@ from kondor_agent.execute.launcher import JobHandle, ProcessLauncher
 from kondor_agent.execute.limits import ExecuteSettings, SettingsError, slot_limits
 from kondor_agent.jobs import Outcome, Usage
 from kondor_core.api import ExecutionJob, JobExecution
+from kondor_core.classads import ExpressionError, parse_ad
 from kondor_core.jobs.apptainer import ApptainerSettings
+from kondor_core.jobs.hooks import HookSettingsError, JobHooks, job_hooks
 from kondor_core.slots import SlotAd
 
 log = logging.getLogger("kondor_agent.processes")
 _MIB = 1024 * 1024
+_HOOK_NUMBERS = (
+    "STARTER_INITIAL_UPDATE_INTERVAL",
+    "STARTER_UPDATE_INTERVAL",
+    "KONDOR_JOB_HOOK_TIMEOUT",
+)
 
 
 class ProcessJobs:
@@ -90,7 +100,32 @@ class ProcessJobs:
             slot=slot.name,
             limits=limits,
             apptainer=self.apptainer,
+            hooks=self._hooks(slot, job_ad_text),
         )
+
+    def _hooks(self, slot: SlotAd, job_ad_text: str) -> JobHooks | None:
+        """The job's hooks, as the policy's knobs and the job's HookKeyword say."""
+        macros = self._macros or {}
+        if not any("_HOOK_" in name.upper() for name in macros):
+            return None  # no hooks configured: the job ad need not be read
+        try:
+            keyword = parse_ad(job_ad_text, field="the job ad").get("HookKeyword")
+        except ExpressionError:
+            keyword = None
+        slot_id = int(_number(slot.attributes.get("SlotID")))
+        try:
+            return job_hooks(
+                macros,
+                slot_id=slot_id,
+                hook_keyword=keyword if isinstance(keyword, str) else None,
+            )
+        except HookSettingsError as err:
+            log.error("%s; the job's hooks use the defaults", err)
+            return job_hooks(
+                {k: v for k, v in macros.items() if k.upper() not in _HOOK_NUMBERS},
+                slot_id=slot_id,
+                hook_keyword=keyword if isinstance(keyword, str) else None,
+            )
 
     def poll(self, handle: JobHandle) -> Outcome | None:
         result = self.launcher.poll(handle)
@@ -99,7 +134,10 @@ class ProcessJobs:
         cgroups = self.launcher.cgroups
         if cgroups.enabled and cgroups.exists(handle.cgroup):
             _end_cgroup(cgroups, handle.cgroup)  # the output stays; the cgroup is done
-        lost = result.state == "lost"
+        # Lost, or sent back to Idle by PREPARE_JOB: either way the run is an eviction.
+        lost = result.state == "lost" or result.requeue_reason is not None
+        if result.requeue_reason is not None:
+            log.info("%s goes back to Idle: %s", handle.job_id, result.requeue_reason)
         # A failed start, or an exit that holds the job (an OOM kill); a lost job is evicted.
         held = not lost and result.hold_reason is not None
         return Outcome(

@@ -87,4 +87,8 @@ def agent_args(
         str(agent_state_dir(layout, node) / "execute"),
         "--cgroup-root",
         f"kondor-{node}",
+        # Startd cron and job hooks run from this node's own hooks directory (tests put
+        # their scripts there), not the host's /etc/kondor/hooks.
+        "--hooks-dir",
+        str(agent_state_dir(layout, node) / "hooks"),
     ]

@@ -1,0 +1,96 @@
+"""Job hooks on the dev cluster (the reference's "Job Hooks That Modify and Monitor
+Execution"): a SlotPolicy names PREPARE_JOB, UPDATE_JOB_INFO and JOB_EXIT under a keyword,
+jobs choose it with their HookKeyword, and the node's agent runs the scripts from its hooks
+directory (`--hooks-dir`, `<state>/agents/<node>/hooks` on the dev cluster)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from kondor_core.classads import parse_ad
+
+from .conftest import MACHINES, skip_reason
+from .test_jobs_end_to_end import Cluster, eventually, job_cluster, process_job, slot_policy
+
+NODE = "kwok-small-0"
+POLICY = """POLLING_INTERVAL = 1
+STARTER_INITIAL_UPDATE_INTERVAL = 1
+STARTER_UPDATE_INTERVAL = 1
+TEST_HOOK_PREPARE_JOB = prepare.sh
+TEST_HOOK_UPDATE_JOB_INFO = update.sh
+TEST_HOOK_JOB_EXIT = exit.sh
+"""
+
+PREPARE = """#!/bin/sh
+ad=$(cat)
+case "$ad" in
+*"HoldMe = true"*)
+    echo 'HookStatusCode = 150'
+    echo 'HookStatusMessage = "no licence for this job"'
+    ;;
+*)
+    echo "Arguments = \\"-c 'echo rewritten; sleep 2.5'\\""
+    ;;
+esac
+"""
+UPDATE = '#!/bin/sh\ncat > "$_CONDOR_SCRATCH_DIR/update-$(date +%s%N)"\n'
+EXIT = (
+    '#!/bin/sh\necho "$1" > "$_CONDOR_SCRATCH_DIR/exit-how"\ncat > "$_CONDOR_SCRATCH_DIR/exit-ad"\n'
+)
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    reason = skip_reason()
+    if reason:
+        pytest.skip(reason)
+    tmp = tmp_path_factory.mktemp("hooks")
+    hooks = tmp / "state" / "agents" / NODE / "hooks"
+    hooks.mkdir(parents=True)
+    for name, text in (("prepare.sh", PREPARE), ("update.sh", UPDATE), ("exit.sh", EXIT)):
+        (hooks / name).write_text(text)
+        (hooks / name).chmod(0o755)
+    policy = slot_policy("hooks", {"kondor.io/pool": "cpu"}, POLICY)
+    with job_cluster(tmp, [MACHINES / "kwok-small.yaml"], [policy]) as made:
+        yield made
+
+
+def test_hooks_prepare_update_and_see_the_exit_of_a_job(cluster: Cluster) -> None:
+    job = process_job("hooked", "echo original", attributes={"HookKeyword": '"TEST"'})
+    cluster.apply(job, user="alice")
+    done = eventually(
+        lambda: (j := cluster.job("hooked"))["status"]["jobStatus"] == "Completed" and j,
+        40,
+        "the hooked job Completed",
+    )
+    scratch = Path(done["status"]["execution"]["directory"]) / "scratch"
+    # PREPARE_JOB's Arguments changed what ran.
+    assert (scratch / "out.txt").read_text() == "rewritten\n"
+    # UPDATE_JOB_INFO ran after 1 s and then every second of the 2.5 s job.
+    updates = sorted(scratch.glob("update-*"))
+    assert len(updates) >= 2, updates
+    ad = parse_ad(updates[0].read_text(), field="update")
+    assert ad["JobState"] == "Running" and ad["NumPids"] >= 1 and ad["JobPid"] > 0
+    # JOB_EXIT saw the exit.
+    assert (scratch / "exit-how").read_text() == "exit\n"
+    exit_ad = parse_ad((scratch / "exit-ad").read_text(), field="exit")
+    assert exit_ad["ExitCode"] == 0 and exit_ad["ExitBySignal"] is False
+
+
+def test_prepare_job_status_150_holds_the_job_with_its_message(cluster: Cluster) -> None:
+    job = process_job(
+        "hook-held", "touch ran", attributes={"HookKeyword": '"TEST"', "HoldMe": "true"}
+    )
+    cluster.apply(job, user="alice")
+    held = eventually(
+        lambda: (j := cluster.job("hook-held"))["status"]["jobStatus"] == "Held" and j,
+        30,
+        "the job Held by PREPARE_JOB",
+    )
+    assert held["status"]["holdReason"] == "no licence for this job"
+    assert held["status"]["holdReasonCode"] == 19
+    scratch = Path(held["status"]["execution"]["directory"]) / "scratch"
+    assert not (scratch / "ran").exists()
