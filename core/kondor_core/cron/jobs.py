@@ -223,6 +223,6 @@ def hook_path(executable: str, hooks_dir: str, *, field: str) -> str:
     if joined == root or posixpath.commonpath([root, joined]) != root:
         raise HookPathError(
             f"{field}: {executable!r} is outside the hooks directory {root}; startd cron "
-            "executables must be in it (a relative path is taken from it)"
+            "executables and job hooks must be in it (a relative path is taken from it)"
         )
     return joined

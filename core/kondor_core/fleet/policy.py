@@ -13,6 +13,7 @@ from kondor_core.config import PolicyError, compile_policy, policy_hash
 from kondor_core.cron import DEFAULT_HOOKS_DIR, HookPathError, hook_path
 from kondor_core.fleet.selector import selector_problems
 from kondor_core.inputs import InputError, check_document
+from kondor_core.jobs.hooks import HookSettingsError, check_hook_settings, hook_programs
 from kondor_core.policy import EngineError, StartdPolicy
 from kondor_core.slots import policy_problems
 
@@ -41,8 +42,9 @@ def check_policy(spec: Mapping[str, Any], *, hooks_dir: str = DEFAULT_HOOKS_DIR)
 
     Expression problems quote classad2's parser (`spec.start: 'X >' is not a valid
     ClassAd expression (classad2: ...)`), snippet problems name the condorConfig line.
-    A startd cron executable outside `hooks_dir` (the agents' `--hooks-dir`) is refused:
-    agents run hooks from that directory only.
+    A startd cron executable or job hook (`<Keyword>_HOOK_PREPARE_JOB`, ...) outside
+    `hooks_dir` (the agents' `--hooks-dir`) is refused: agents run hooks from that directory
+    only (they check again with symlinks resolved).
     """
     try:
         # The webhook's bound on the object as the API server parsed it (its nesting and size).
@@ -64,6 +66,15 @@ def check_policy(spec: Mapping[str, Any], *, hooks_dir: str = DEFAULT_HOOKS_DIR)
             hook_path(job.executable, hooks_dir, field=_in_spec(job.source))
         except HookPathError as error:
             problems.append(str(error))
+    for knob, program in hook_programs(compiled.macros).items():
+        try:
+            hook_path(program, hooks_dir, field=f"spec.condorConfig: {knob} = {program}")
+        except HookPathError as error:
+            problems.append(str(error))
+    try:
+        check_hook_settings(compiled.macros)
+    except HookSettingsError as error:
+        problems.append(f"spec.condorConfig: {error}")
     try:
         # The agent builds this engine from the same policy: what it would refuse, refuse here.
         engine = StartdPolicy.from_effective(compiled)

@@ -29,6 +29,7 @@ longer is killed (a PREPARE_JOB killed so holds the job).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -106,6 +107,27 @@ def job_hook_keyword(
     if fetched:
         job_hook_keyword = startd_hook_keyword(macros, slot_id) or job_hook_keyword
     return starter_hook_keyword(macros, job_hook_keyword)
+
+
+#: The `<Keyword>_HOOK_<hook>` knobs of the starter's hooks.
+JOB_HOOK_KNOB = re.compile(r"(\w+?)_HOOK_(PREPARE_JOB|UPDATE_JOB_INFO|JOB_EXIT)", re.IGNORECASE)
+
+
+def hook_programs(macros: Mapping[str, str]) -> dict[str, str]:
+    """Every starter hook program the configuration names, by its knob (any keyword)."""
+    return {
+        name: value.strip()
+        for name, value in macros.items()
+        if JOB_HOOK_KNOB.fullmatch(name) and value.strip()
+    }
+
+
+def check_hook_settings(macros: Mapping[str, str]) -> None:
+    """The intervals and timeout as numbers of seconds; HookSettingsError names the knob."""
+    upper = _upper(macros)
+    _seconds(upper, "STARTER_INITIAL_UPDATE_INTERVAL", DEFAULT_INITIAL_UPDATE_INTERVAL)
+    _seconds(upper, "STARTER_UPDATE_INTERVAL", DEFAULT_UPDATE_INTERVAL)
+    _seconds(upper, "KONDOR_JOB_HOOK_TIMEOUT", DEFAULT_TIMEOUT)
 
 
 class HookSettingsError(ValueError):

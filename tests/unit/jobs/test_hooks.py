@@ -9,6 +9,7 @@ import pytest
 
 from kondor_core.api.slotpolicy import SlotPolicySpec
 from kondor_core.config import compile_policy
+from kondor_core.fleet.policy import check_policy
 from kondor_core.jobs.hooks import (
     HookSettingsError,
     JobHooks,
@@ -178,3 +179,28 @@ JAVA5_HOOK_JOB_EXIT = exit.sh
     assert hooks.program("PREPARE_JOB") == "prepare.sh"
     assert (hooks.initial_update_interval, hooks.update_interval) == (2.0, 5.0)
     assert policy.macros["SLOT4_JOB_HOOK_KEYWORD"] == "WEB"
+
+
+def test_admission_refuses_a_hook_outside_the_hooks_directory_naming_the_knob() -> None:
+    config = (
+        "TEST_HOOK_PREPARE_JOB = /usr/bin/evil\n"
+        "TEST_HOOK_JOB_EXIT = ../../bin/escape\n"
+        "TEST_HOOK_UPDATE_JOB_INFO = update.sh\n"
+        "STARTER_UPDATE_INTERVAL = often\n"
+    )
+    checked = check_policy({"condorConfig": config}, hooks_dir="/etc/kondor/hooks")
+    assert not checked.valid
+    assert checked.problems == (
+        "spec.condorConfig: TEST_HOOK_PREPARE_JOB = /usr/bin/evil: '/usr/bin/evil' is outside "
+        "the hooks directory /etc/kondor/hooks; startd cron executables and job hooks must be "
+        "in it (a relative path is taken from it)",
+        "spec.condorConfig: TEST_HOOK_JOB_EXIT = ../../bin/escape: '../../bin/escape' is "
+        "outside the hooks directory /etc/kondor/hooks; startd cron executables and job hooks "
+        "must be in it (a relative path is taken from it)",
+        "spec.condorConfig: STARTER_UPDATE_INTERVAL = often: expected a number of seconds",
+    )
+    fine = check_policy(
+        {"condorConfig": "TEST_HOOK_PREPARE_JOB = /etc/kondor/hooks/prepare.sh\n"},
+        hooks_dir="/etc/kondor/hooks",
+    )
+    assert fine.valid and not fine.warnings
