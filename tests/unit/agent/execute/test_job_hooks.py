@@ -210,3 +210,16 @@ def test_hooks_of_the_policy_macros() -> None:
         hook_keyword="TEST",
     )
     assert hooks is not None and hooks.program("JOB_EXIT") == "exit"
+
+
+def test_job_exit_says_evict_when_the_agent_kills_without_a_reason(
+    launcher: ProcessLauncher, hooks_dir: Path
+) -> None:
+    name = hook(hooks_dir, "exit", 'echo "$1" > "$_CONDOR_SCRATCH_DIR/how"\n')
+    hooks = JobHooks(keyword="TEST", programs={"TEST_HOOK_JOB_EXIT": name})
+    handle = launcher.launch("j", sh("exec sleep 30"), JOB_AD, MACHINE_AD, slot="s", hooks=hooks)
+    wait_for(lambda: launcher.job_pid(handle) is not None)
+    launcher.hard_kill(handle)
+    result = wait_result(launcher, handle)
+    assert result.killed and result.exit_signal == signal.SIGKILL
+    assert (handle.scratch / "how").read_text() == "evict\n"
