@@ -386,3 +386,32 @@ def test_a_deferred_job_runs_no_earlier_than_its_deferral_time(cluster: Cluster)
     started = float((scratch / "started").read_text())
     assert at <= started < at + 3, f"started at {started}, DeferralTime {at}"
     assert f"DeferralTime = {at}" in (scratch / ".job.ad").read_text()
+
+
+@pytest.mark.timeout(240)
+def test_a_crontab_job_runs_at_each_minute_and_stays_in_the_queue(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    """The manual's "CronTab Scheduling": `cronMinute: "*"` runs at the top of each minute,
+    never before it, and the job is Idle again after each exit (on_exit_remove false)."""
+    runs = tmp_path / "runs"
+    script = f"date +%s.%N >> {runs}"
+    job = process_job("every-minute", script, cronMinute="*", cronPrepTime=15, cronWindow=30)
+    cluster.apply(job, user="alice")
+    eventually(
+        lambda: runs.exists() and len(runs.read_text().split()) >= 2,
+        150,
+        "two runs",
+    )
+    starts = [float(word) for word in runs.read_text().split()]
+    minutes = [int(start // 60) for start in starts]
+    assert len(set(minutes)) == len(minutes), f"one run a minute: {starts}"
+    assert all(start % 60 < 30 for start in starts), f"each at its minute: {starts}"
+    status = eventually(
+        lambda: (j := cluster.job("every-minute")["status"])["jobStatus"] == "Idle" and j,
+        30,
+        "Idle again, waiting for its next minute",
+    )
+    assert status["deferralTime"] % 60 == 0 and status["deferralTime"] > starts[-1]
+    job["spec"]["remove"] = True
+    cluster.apply(job, user="alice")
