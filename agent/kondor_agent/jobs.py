@@ -166,6 +166,14 @@ def cpu_load(previous: tuple[float, float] | None, now: float, cpu: float) -> fl
 
 
 @runtime_checkable
+class Explaining(Protocol):
+    """A launcher that tells a job's JOB_EXIT hook why the agent ends it (the reference's
+    "Hooks": remove, hold or evict)."""
+
+    def note_exit_how(self, handle: Any, how: str) -> None: ...
+
+
+@runtime_checkable
 class Measuring(Protocol):
     """A launcher that can say what a running job uses."""
 
@@ -354,10 +362,12 @@ class JobRunner:
                 )
                 self._start(action, ads)
             elif action.kind is ActionKind.SOFT_KILL and run is not None:
+                self._explain_kill(name, run)
                 run.killed = True
                 run.suspended = False  # the launcher thaws it to take its KillSig
                 self.launcher.soft_kill(run.handle, action.signal or "SIGTERM")
             elif action.kind is ActionKind.HARD_KILL and run is not None:
+                self._explain_kill(name, run)
                 run.killed = True
                 self.launcher.hard_kill(run.handle)
             elif action.kind is ActionKind.SUSPEND_JOB and run is not None:
@@ -375,6 +385,20 @@ class JobRunner:
             else:
                 left.append(action)
         return left
+
+    def _explain_kill(self, name: str, run: _Running) -> None:
+        """Why the job is being killed, for its JOB_EXIT hook: removed (condor_rm, or gone),
+        held (condor_hold), else evicted (policy, drain, preemption)."""
+        if not isinstance(self.launcher, Explaining):
+            return
+        job = self._jobs.get(name)
+        status = job.status.job_status if job is not None and job.status is not None else None
+        how = "evict"
+        if job is None or job.spec.remove or status == "Removed":
+            how = "remove"
+        elif job.spec.hold or status == "Held":
+            how = "hold"
+        self.launcher.note_exit_how(run.handle, how)
 
     def _give_up(self, name: str, why: str | None) -> None:
         """The restarted startd refused the claim of a job it was taking back: vacated."""
@@ -659,6 +683,10 @@ class RuntimeLaunchers:
 
     def soft_kill(self, handle: _Tagged, signal: str) -> None:
         handle.launcher.soft_kill(handle.inner, signal)
+
+    def note_exit_how(self, handle: _Tagged, how: str) -> None:
+        if isinstance(handle.launcher, Explaining):
+            handle.launcher.note_exit_how(handle.inner, how)
 
     def hard_kill(self, handle: _Tagged) -> None:
         handle.launcher.hard_kill(handle.inner)

@@ -184,6 +184,9 @@ class ProcessJobs:
     def hard_kill(self, handle: JobHandle) -> None:
         self.launcher.hard_kill(handle)
 
+    def note_exit_how(self, handle: JobHandle, how: str) -> None:
+        self.launcher.note_exit_how(handle, how)
+
     def suspend(self, handle: JobHandle) -> None:
         self.launcher.suspend(handle)
 

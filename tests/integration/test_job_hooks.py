@@ -94,3 +94,43 @@ def test_prepare_job_status_150_holds_the_job_with_its_message(cluster: Cluster)
     assert held["status"]["holdReasonCode"] == 19
     scratch = Path(held["status"]["execution"]["directory"]) / "scratch"
     assert not (scratch / "ran").exists()
+
+
+@pytest.mark.parametrize(("field", "how"), [("remove", "remove"), ("hold", "hold")])
+def test_job_exit_is_told_why_the_agent_ended_the_job(
+    cluster: Cluster, field: str, how: str
+) -> None:
+    name = f"hooked-{field}"
+    job = process_job(name, "exec sleep 300", attributes={"HookKeyword": '"TEST"'})
+    cluster.apply(job, user="alice")
+    execution = eventually(
+        lambda: (
+            (e := cluster.job(name)["status"].get("execution", {})).get("state") == "Running" and e
+        ),
+        30,
+        f"{name} Running",
+    )
+    scratch = Path(execution["directory"]) / "scratch"
+    # Running after PREPARE_JOB: its first update has come.
+    eventually(lambda: list(scratch.glob("update-*")), 15, "an UPDATE_JOB_INFO")
+    patch = f'{{"spec": {{"{field}": true}}}}'
+    cluster.kubectl(
+        "patch",
+        "executionjob",
+        name,
+        "-n",
+        "default",
+        "--type",
+        "merge",
+        "-p",
+        patch,
+        user="alice",
+    )
+    said = eventually(
+        lambda: (scratch / "exit-how").exists() and (scratch / "exit-how").read_text(),
+        30,
+        "JOB_EXIT run",
+    )
+    assert said == f"{how}\n"
+    exit_ad = parse_ad((scratch / "exit-ad").read_text(), field="exit")
+    assert exit_ad["ExitBySignal"] is True and exit_ad["ExitSignal"] in (9, 15)
