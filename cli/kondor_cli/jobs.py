@@ -147,6 +147,7 @@ def queue_ad(job: ExecutionJob) -> Any:
         cluster_id=cluster_id(job),
         qdate=qdate(job),
         job_status=job_status(job),
+        deferral_time=status.deferral_time if status is not None else None,
     )
     extra: dict[str, Any] = {}
     if status is not None:

@@ -586,6 +586,7 @@ def _ad(job: ExecutionJob) -> Any:
         job_key(job),
         cluster_id=status.cluster_id if status is not None else None,
         qdate=math.floor(created.timestamp()) if created is not None else None,
+        deferral_time=status.deferral_time if status is not None else None,
     )
 
 

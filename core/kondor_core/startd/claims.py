@@ -103,7 +103,12 @@ def schedd_events(
                     why = f"match refused: this node has no slot {status.slot}"
                     refused.append((name, status.claim_id, why))
                     continue
-                ad = job_ad(job.spec, name, cluster_id=status.cluster_id)
+                ad = job_ad(
+                    job.spec,
+                    name,
+                    cluster_id=status.cluster_id,
+                    deferral_time=status.deferral_time,
+                )
                 sent: list[Event] = [Match(status.claim_id, ad, job_id=name)]
                 if node.state.slot(status.slot).state is not State.CLAIMED:
                     sent.append(ActivateClaim())  # a preempting claim is activated later
