@@ -100,6 +100,10 @@ def load_yaml(content: bytes | str, *, source: str, limits: YamlLimits = LIMITS)
         raise InputError(f"{source}: not valid YAML ({_yaml_reason(err)})") from None
     except _TooBigError as err:
         raise InputError(f"{source}: {err}") from None
+    except (ValueError, OverflowError) as err:
+        # PyYAML's scanner and constructors raise these for values it cannot represent: an
+        # escape beyond Unicode (`"\UA0000000"`), a timestamp like 2026-13-45.
+        raise InputError(f"{source}: not valid YAML ({err})") from None
     finally:
         loader.dispose()
 

@@ -4,6 +4,7 @@ that is not JSON."""
 
 from __future__ import annotations
 
+import re
 import time
 from pathlib import Path
 from typing import Any
@@ -434,3 +435,17 @@ def test_deep_flow_nesting_is_refused_before_it_is_scanned(opener: bytes) -> Non
     with pytest.raises(InputError, match=r"^m: nested more than 64 levels deep \(line 2\)"):
         load_yaml(text, source="m")
     assert time.perf_counter() - started < 0.5
+
+
+@pytest.mark.parametrize(
+    ("text", "said"),
+    [
+        # `make fuzz` found these escaping PyYAML's scanner as OverflowError and ValueError.
+        (b'"\\UA0000000"', "not valid YAML (Python int too large"),
+        (b'"\\U00A00000"', "not valid YAML (chr() arg not in range"),
+        (b"when: 2026-13-45\n", "not valid YAML (month must be in 1..12"),
+    ],
+)
+def test_values_yaml_cannot_represent_are_refused(text: bytes, said: str) -> None:
+    with pytest.raises(InputError, match=re.escape(f"m: {said}")):
+        load_yaml(text, source="m")
