@@ -8,6 +8,8 @@ import datetime as dt
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from pydantic import ValidationError
 
 from kondor_core.api.crontab import parse_cron_field
@@ -244,3 +246,39 @@ def test_the_job_ad_carries_htcondors_attributes() -> None:
     assert ad["OnExitRemove"] is False
     assert "CronHour" not in ad and "DeferralPrepTime" not in ad
     assert "DeferralTime" not in job_ad(ExecutionJobSpec(), "ns/plain")
+
+
+# -- an oracle: the next time is the first minute, scanned one by one, the crontab selects -------
+
+_DENSE = st.fixed_dictionaries(
+    {
+        "cronMinute": st.sampled_from(["*", "0", "*/7", "5-50/9", "1,30,59", "*/10,*/6"]),
+        "cronHour": st.sampled_from(["*", "*/5", "0-3,22", "12"]),
+        "cronDayOfMonth": st.sampled_from(["*", "1-10", "15,31"]),
+        "cronDayOfWeek": st.sampled_from(["*", "0", "1-5", "6,7"]),
+    }
+)
+
+
+def _selects(spec: ExecutionJobSpec, at: dt.datetime) -> bool:
+    crontab = crontab_of(spec)
+    assert crontab is not None
+    return (
+        at.minute in crontab.minutes and at.hour in crontab.hours and crontab.day_matches(at.date())
+    )
+
+
+@settings(max_examples=60, deadline=None)
+@given(spec=_DENSE, offset=st.integers(min_value=0, max_value=366 * 86400))
+def test_the_next_time_is_the_first_selected_minute(spec: dict[str, str], offset: int) -> None:
+    parsed = ExecutionJobSpec.model_validate(spec)
+    crontab = crontab_of(parsed)
+    assert crontab is not None
+    now = _at("2026-01-01 00:00") + offset + 17
+    at = next_cron_time(crontab, now)
+    assert at is not None and at > now and at % 60 == 0
+    minute = dt.datetime.fromtimestamp(now - now % 60 + 60, dt.UTC)
+    while int(minute.timestamp()) < at:  # no selected minute in between
+        assert not _selects(parsed, minute), minute
+        minute += dt.timedelta(minutes=1)
+    assert _selects(parsed, dt.datetime.fromtimestamp(at, dt.UTC))
