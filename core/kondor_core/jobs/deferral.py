@@ -130,6 +130,17 @@ def start_decision(deferral_time: float | None, window: int, now: float) -> Star
     return Start.MISSED if missed(deferral_time, window, now) else Start.NOW
 
 
+def match_prep_time(spec: ExecutionJobSpec) -> int | None:
+    """DeferralPrepTime as the schedd uses it in `may_match`: a crontab job without
+    cronPrepTime is matched about its time (the manual's cron_window example: "with no
+    preparation time, the job is likely to miss its deferral time"), a deferred job without
+    deferralPrepTime at once (its "Preparation Time": a deferred job "has claimed the
+    machine, but is not actually executing")."""
+    if spec.prep_seconds is None and spec.is_crontab:
+        return 0
+    return spec.prep_seconds
+
+
 def crontab_of(spec: ExecutionJobSpec) -> Crontab | None:
     """The job's crontab (unset fields are `*`), None for a job without one."""
     if not spec.is_crontab:

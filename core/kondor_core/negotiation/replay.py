@@ -20,6 +20,13 @@ The queue follows HTCondor's jobs ("Machine States", "Claimed State"):
   Preempting/Killing can be shown). A hard kill always ends it.
 - a job whose claim is gone without it completing (vacated, killed, refused)
   returns to the queue Idle and is matched again.
+- a deferred or crontab job ("Time Scheduling for Job Execution",
+  `kondor_core.jobs.deferral`; the timeline's t=0 is the epoch, so a crontab reads it as
+  1970-01-01 00:00 UTC) is matched once `t + POLLING_INTERVAL >= DeferralTime -
+  DeferralPrepTime`, and its claim is activated at DeferralTime, not earlier; a deferred
+  job still unmatched past its window is Held (a crontab job waits for its next time); a
+  crontab job that exits stays in the queue, Idle until its next time (on_exit_remove
+  false).
 
 Job ads come from `kondor_core.jobs.job_ad`, as everywhere else.
 """
@@ -34,9 +41,10 @@ from enum import StrEnum
 from typing import Any
 
 from kondor_core import startd
-from kondor_core.api import ExecutionJob
+from kondor_core.api import ExecutionJob, ExecutionJobSpec
 from kondor_core.config import compile_policy
 from kondor_core.jobs import job_ad
+from kondor_core.jobs.deferral import crontab_of, match_prep_time, may_match, missed, next_cron_time
 from kondor_core.negotiation.negotiator import IdleJob, negotiate, slot_offer
 from kondor_core.policy import (
     Action,
@@ -87,6 +95,8 @@ class JobStatus(StrEnum):
     MATCHED = "Matched"
     RUNNING = "Running"
     COMPLETED = "Completed"
+    #: A deferred job whose window passed before it was matched (HoldReasonCode 20).
+    HELD = "Held"
 
 
 @dataclass(frozen=True)
@@ -99,11 +109,16 @@ class QueuedJob:
     matches: int = 0
     #: Why the negotiator last found no slot for the job (None once it was matched).
     unmatched: str | None = None
+    #: The submitted spec (its deferral or crontab), and its DeferralTime now.
+    spec: ExecutionJobSpec | None = field(default=None, compare=False, repr=False)
+    deferral_time: int | None = None
 
     def as_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"name": self.name, "status": str(self.status)}
         if self.slot is not None:
             out["slot"] = self.slot
+        if self.deferral_time is not None:
+            out["deferralTime"] = self.deferral_time
         if self.status is JobStatus.IDLE and self.unmatched:
             out["reason"] = self.unmatched
         return out
@@ -222,7 +237,8 @@ class _Driver:
         elif item.submit is not None:
             job = item.submit
             name = job.metadata.name
-            self.jobs[name] = QueuedJob(name, job_ad(job.spec, name), ignores_soft_kill(job))
+            queued = QueuedJob(name, job_ad(job.spec, name), ignores_soft_kill(job), spec=job.spec)
+            self.jobs[name] = _scheduled(queued, now)
         elif item.exit is not None:
             self._exit(item, now, events)
         elif item.command is not None:
@@ -243,7 +259,13 @@ class _Driver:
             # The schedd has no more work for the claim. A retiring claim ends by itself,
             # and a preempting claim waiting on the slot is not the schedd's to release.
             slot_events.append(ReleaseClaim())
-        self.jobs[job.name] = dataclasses.replace(job, status=JobStatus.COMPLETED)
+        if job.spec is not None and job.spec.is_crontab:
+            requeued = dataclasses.replace(
+                job, status=JobStatus.IDLE, slot=None, deferral_time=None
+            )
+            self.jobs[job.name] = _scheduled(requeued, now)
+        else:
+            self.jobs[job.name] = dataclasses.replace(job, status=JobStatus.COMPLETED)
 
     # -- the schedd and the node's answers -----------------------------------------------
 
@@ -284,7 +306,7 @@ class _Driver:
             if slot.pending_claim is not None:
                 holders.setdefault(slot.pending_claim.job_id, (slot.name, False))
         for name, job in self.jobs.items():
-            if job.status is JobStatus.COMPLETED:
+            if job.status in (JobStatus.COMPLETED, JobStatus.HELD):
                 continue
             held = holders.get(name)
             if held is None:
@@ -302,11 +324,15 @@ class _Driver:
         """One negotiation cycle over the slot ads as the startd publishes them now; each
         match goes to the startd as the schedd's claim, activated at once on an Unclaimed
         slot (`_activate` does it later for a claim that must wait)."""
-        self._activate(events)
+        self._activate(events, now)
+        interval = self.scenario.polling_interval
+        for name, job in list(self.jobs.items()):
+            if job.status is JobStatus.IDLE and job.deferral_time is not None:
+                self.jobs[name] = _scheduled(job, now)
         idle = [
             IdleJob(job.name, job.ad, order)
             for order, job in enumerate(self.jobs.values())
-            if job.status is JobStatus.IDLE
+            if job.status is JobStatus.IDLE and _may_match(job, now, interval)
         ]
         if not idle:
             return
@@ -321,7 +347,8 @@ class _Driver:
             job = self.jobs[matched.job]
             claim_id = f"{job.name}#{job.matches + 1}"
             sent: list[Event] = [Match(claim_id, job.ad, job_id=job.name)]
-            if self.node.state.slot(matched.slot).state is State.UNCLAIMED:
+            unclaimed = self.node.state.slot(matched.slot).state is State.UNCLAIMED
+            if unclaimed and _due(job, now):
                 sent.append(ActivateClaim())
             events.setdefault(matched.slot, []).extend(sent)
             self.jobs[job.name] = dataclasses.replace(
@@ -332,16 +359,58 @@ class _Driver:
                 unmatched=None,
             )
 
-    def _activate(self, events: dict[str, list[Event]]) -> None:
+    def _activate(self, events: dict[str, list[Event]], now: float) -> None:
         """The schedd starts the claim's job on a Claimed/Idle slot (a preempting claim that
-        took over, transition 23, or a claim whose first activation was refused)."""
+        took over, transition 23, a claim whose first activation was refused, or a deferred
+        job's claim at its DeferralTime)."""
         for slot in self.node.state.slots:
             claim = slot.claim
             if slot.state is not State.CLAIMED or slot.activity is not Activity.IDLE:
                 continue
             job = self.jobs.get(claim.job_id) if claim is not None else None
-            if job is not None and job.status is JobStatus.MATCHED:
+            if job is not None and job.status is JobStatus.MATCHED and _due(job, now):
                 events.setdefault(slot.name, []).append(ActivateClaim())
+
+
+def _scheduled(job: QueuedJob, now: float) -> QueuedJob:
+    """An idle job's DeferralTime (`schedd._scheduled` for the timeline's queue): a crontab
+    job's next time when it has none or missed its window unmatched; a deferred job's
+    deferralTime evaluated at submission (QDate = now), Held once its window passed."""
+    spec = job.spec
+    if spec is None or not spec.is_time_scheduled:
+        return job
+    at = job.deferral_time
+    crontab = crontab_of(spec)
+    if crontab is not None:
+        if at is None or missed(at, spec.window_seconds, now):
+            then = next_cron_time(crontab, now)
+            ad = job_ad(spec, job.name, deferral_time=then)
+            return dataclasses.replace(job, ad=ad, deferral_time=then)
+        return job
+    if at is None:
+        value = job_ad(spec, job.name, qdate=math.floor(now)).eval("DeferralTime")
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            return dataclasses.replace(job, status=JobStatus.HELD)
+        at = math.floor(value)
+        job = dataclasses.replace(
+            job, ad=job_ad(spec, job.name, deferral_time=at), deferral_time=at
+        )
+    if missed(at, spec.window_seconds, now):
+        return dataclasses.replace(job, status=JobStatus.HELD)
+    return job
+
+
+def _may_match(job: QueuedJob, now: float, interval: float) -> bool:
+    if job.spec is None or not job.spec.is_time_scheduled:
+        return True
+    if job.deferral_time is None:
+        return False
+    return may_match(job.deferral_time, match_prep_time(job.spec), now, interval)
+
+
+def _due(job: QueuedJob, now: float) -> bool:
+    """Whether the job's claim may be activated: its DeferralTime (if any) has come."""
+    return job.deferral_time is None or now >= job.deferral_time
 
 
 def _whole(value: float) -> float:

@@ -29,7 +29,6 @@ from typing import Any
 from kondor_core.api import (
     EXECUTION_POINT_LABEL,
     ExecutionJob,
-    ExecutionJobSpec,
     ExecutionJobStatus,
     ExecutionPoint,
     JobExecution,
@@ -47,6 +46,7 @@ from kondor_core.jobs.deferral import (
     HOLD_MISSED_DEFERRED_EXECUTION_TIME,
     MISSED_REASON,
     crontab_of,
+    match_prep_time,
     matchable_at,
     may_match,
     missed,
@@ -601,24 +601,14 @@ def _may_match_now(job: ExecutionJob, now: float, settings: PoolSpec) -> bool:
     at = job.status.deferral_time if job.status is not None else None
     if at is None:
         return False
-    return may_match(at, _prep_time(spec), now, settings.negotiator_interval)
-
-
-def _prep_time(spec: ExecutionJobSpec) -> int | None:
-    """DeferralPrepTime as the schedd uses it: a crontab job without cronPrepTime is matched
-    about its time (the manual's cron_window example: "with no preparation time, the job is
-    likely to miss its deferral time"), a deferred job without one at once (its "Preparation
-    Time": a deferred job "has claimed the machine, but is not actually executing")."""
-    if spec.prep_seconds is None and spec.is_crontab:
-        return 0
-    return spec.prep_seconds
+    return may_match(at, match_prep_time(spec), now, settings.negotiator_interval)
 
 
 def _deferred_reason(job: ExecutionJob, settings: PoolSpec) -> str:
     at = job.status.deferral_time if job.status is not None else None
     if at is None:
         return "deferred: no DeferralTime yet"
-    start = matchable_at(at, _prep_time(job.spec), settings.negotiator_interval)
+    start = matchable_at(at, match_prep_time(job.spec), settings.negotiator_interval)
     after = f"; matched from {format_time(start)}" if start is not None else ""
     return f"deferred: DeferralTime {format_time(at)}{after}"
 
