@@ -31,6 +31,16 @@ case "$ad" in
     echo 'HookStatusCode = 150'
     echo 'HookStatusMessage = "no licence for this job"'
     ;;
+*"RequeueOnce = true"*)
+    # The first time, back to Idle (300); the next claim runs it.
+    if [ -e "$0.requeued" ]; then
+        echo "Arguments = \\"-c 'echo second try'\\""
+    else
+        touch "$0.requeued"
+        echo 'HookStatusCode = 300'
+        echo 'HookStatusMessage = "not now"'
+    fi
+    ;;
 *)
     echo "Arguments = \\"-c 'echo rewritten; sleep 2.5'\\""
     ;;
@@ -126,11 +136,27 @@ def test_job_exit_is_told_why_the_agent_ended_the_job(
         patch,
         user="alice",
     )
-    said = eventually(
-        lambda: (scratch / "exit-how").exists() and (scratch / "exit-how").read_text(),
-        30,
-        "JOB_EXIT run",
-    )
-    assert said == f"{how}\n"
+    # The supervisor records the result only once JOB_EXIT has returned.
+    eventually((scratch.parent / "exit.json").exists, 30, "the job's result")
+    assert (scratch / "exit-how").read_text() == f"{how}\n"
     exit_ad = parse_ad((scratch / "exit-ad").read_text(), field="exit")
     assert exit_ad["ExitBySignal"] is True and exit_ad["ExitSignal"] in (9, 15)
+
+
+def test_prepare_job_status_300_returns_the_job_to_idle_and_it_runs_again(
+    cluster: Cluster,
+) -> None:
+    attributes = {"HookKeyword": '"TEST"', "RequeueOnce": "true"}
+    job = process_job("hook-requeued", "echo original", attributes=attributes)
+    cluster.apply(job, user="alice")
+    done = eventually(
+        lambda: (j := cluster.job("hook-requeued"))["status"]["jobStatus"] == "Completed" and j,
+        40,
+        "the requeued job Completed on its next claim",
+    )
+    status = done["status"]
+    assert status.get("holdReason") is None
+    scratch = Path(status["execution"]["directory"]) / "scratch"
+    assert (scratch / "out.txt").read_text() == "second try\n"
+    # Its first claim's run went back to Idle: the job was vacated once (LastVacateTime).
+    assert status.get("lastVacateTime")
