@@ -13,7 +13,6 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -24,6 +23,7 @@ from kondor_devcluster.images import BUSYBOX_IMAGE
 
 from .conftest import real_node_skip_reason
 from .test_jobs_end_to_end import Cluster, eventually, job_cluster
+from .test_real_node import cpu_ticks
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -102,17 +102,6 @@ def job_pod(cluster: Cluster, name: str) -> dict[str, Any] | None:
     )
     items: list[dict[str, Any]] = json.loads(listed)["items"]
     return items[0] if items else None
-
-
-def cpu_ticks(pids: list[int]) -> int:
-    total = 0
-    for pid in pids:
-        try:
-            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        total += int(fields[11]) + int(fields[12])  # utime + stime
-    return total
 
 
 def test_a_pod_job_is_frozen_in_place_and_thawed_and_completes(cluster: Cluster) -> None:
