@@ -155,11 +155,13 @@ class PodLauncher:
     def soft_kill(self, handle: PodHandle, signal: str) -> None:
         """The job's KillSig to the containers' processes; the pod stays until hard kill."""
         cgroup = self._identity(handle)
-        if cgroup is None:
+        directory = self._freezer(handle)
+        if cgroup is None or directory is None:
             self._delete(handle, None)  # no cgroup here: the kubelet sends the stop signal
             return
         number = _signal_number(signal)
-        self._thaw(handle)  # a frozen process acts on no signal
+        with contextlib.suppress(OSError):
+            podcgroup.set_frozen(directory, False)  # a frozen process acts on no signal
         for pid in podcgroup.pod_processes(*cgroup, self.cgroup_root):
             if not podcgroup.is_pause(pid):
                 with contextlib.suppress(ProcessLookupError, PermissionError):
@@ -198,18 +200,17 @@ class PodLauncher:
         self._delete(handle, 0)
 
     def _identity(self, handle: PodHandle) -> tuple[str, str] | None:
-        """The pod's UID and QoS class when its cgroup is on this host."""
+        """The pod's UID and QoS class, as the watch last saw it."""
         with self._lock:
             pod = self._pods.get((handle.namespace, handle.name)) or {}
         uid = (pod.get("metadata") or {}).get("uid")
         qos = (pod.get("status") or {}).get("qosClass")
         if not uid or qos not in podcgroup.QOS_CLASSES:
             return None
-        if not podcgroup.find_pod_cgroups(uid, qos, self.cgroup_root):
-            return None
         return str(uid), str(qos)
 
     def _freezer(self, handle: PodHandle) -> Path | None:
+        """The pod's freezer cgroup on this host; None where it has none (a simulated node)."""
         cgroup = self._identity(handle)
         return None if cgroup is None else podcgroup.freezer(*cgroup, self.cgroup_root)
 

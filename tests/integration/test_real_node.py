@@ -126,13 +126,7 @@ def finished(core: client.CoreV1Api, name: str, timeout: float = 60) -> client.V
 
 
 def pod_pids(pod: client.V1Pod) -> list[int]:
-    found = podcgroup.find_pod_cgroups(pod.metadata.uid, pod.status.qos_class)
-    pids: set[int] = set()
-    for directory in found:
-        for path, _dirs, files in os.walk(directory):
-            if "cgroup.procs" in files:
-                pids.update(int(p) for p in Path(path, "cgroup.procs").read_text().split())
-    return sorted(pids)
+    return podcgroup.pod_processes(pod.metadata.uid, pod.status.qos_class)
 
 
 def cpu_ticks(pids: list[int]) -> int:
