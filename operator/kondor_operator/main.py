@@ -39,7 +39,7 @@ from pathlib import Path
 import kopf
 from kubernetes import client
 
-from kondor_operator import handlers, negotiator
+from kondor_operator import defrag, handlers, negotiator
 from kondor_operator.kube import (
     Kube,
     Pacer,
@@ -285,8 +285,9 @@ def kopf_settings(options: Options) -> kopf.OperatorSettings:
 async def run(options: Options) -> int:
     """Run until SIGTERM/SIGINT (0), until leadership is lost (1), or until kopf fails (2)."""
     configuration = load_configuration(options.kubeconfig, options.context)
-    # A connection each for the writer threads, the negotiator, the Node watch and the Lease.
-    configuration.connection_pool_maxsize = options.write_concurrency + 4
+    # A connection each for the writer threads, the negotiator, defrag, the Node watch and the
+    # Lease.
+    configuration.connection_pool_maxsize = options.write_concurrency + 5
     api_client = client.ApiClient(configuration)
     metrics = Metrics()
     if options.metrics_port:
@@ -309,6 +310,8 @@ async def run(options: Options) -> int:
         webhook_fails_closed=options.webhook_failure_policy == "Fail",
     )
     negotiator.register(registry, schedd)
+    defragger = defrag.Defrag(schedd, Kube(api_client, instance=options.identity, pacer=pacer))
+    defrag.register(registry, defragger)
 
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -318,6 +321,7 @@ async def run(options: Options) -> int:
     def on_leadership(leading: bool) -> None:
         metrics.set_leader(leading)
         schedd.set_leading(leading)  # no job write once the Lease is lost
+        defragger.set_leading(leading)
 
     elector = None
     if options.leader_election:

@@ -15,6 +15,7 @@ from typing import Annotated
 from pydantic import Field
 
 from kondor_core.api.base import ClassAdExpr, Model
+from kondor_core.api.defrag import DefragSpec
 
 #: The plural of the Pool kind (`/apis/kondor.io/v1alpha1/pools`).
 POOLS = "pools"
@@ -111,6 +112,11 @@ class PoolSpec(Model):
     negotiator_discount_suspended_resources: bool = Field(
         default=False,
         description="NEGOTIATOR_DISCOUNT_SUSPENDED_RESOURCES: suspended jobs count for no usage",
+    )
+    defrag: DefragSpec = Field(
+        default_factory=DefragSpec,
+        description="condor_defrag's knobs (DEFRAG_*): draining nodes so that whole-node jobs "
+        "get one",
     )
     condor_config: str | None = Field(
         default=None,
