@@ -15,6 +15,9 @@ from pathlib import Path
 KUBERNETES = "v1.32.5"
 ETCD = "v3.5.35"
 KWOK = "v0.7.0"
+#: The peer batch queue bench/bench_scale.py runs (its own module and cache:
+#: kondor_devcluster.kueue; v0.10 is the release on Kubernetes v1.31 libraries).
+KUEUE = "v0.10.1"
 
 #: The binaries the development cluster runs, all built into one `bin/` directory.
 BINARIES = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok")
