@@ -240,6 +240,12 @@ class JobRunner:
     usage_interval: float = 300.0
     #: Claimed jobs waiting for their DeferralTime: job id -> what starts them.
     deferred: dict[str, _Deferred] = field(default_factory=dict)
+    #: Told (job, slot) when the startd evicts a running job (fetched work's EVICT_CLAIM).
+    on_evict: Callable[[ExecutionJob, str], None] | None = None
+
+    def known_jobs(self) -> Mapping[str, ExecutionJob]:
+        """The ExecutionJobs labelled with this node at the last `events()`, by job id."""
+        return self._jobs
 
     def events(self, node: startd.Startd) -> dict[str, list[Event]]:
         """Read the node's jobs, collect ended processes, and say what the schedd says."""
@@ -388,9 +394,7 @@ class JobRunner:
 
     def _explain_kill(self, name: str, run: _Running) -> None:
         """Why the job is being killed, for its JOB_EXIT hook: removed (condor_rm, or gone),
-        held (condor_hold), else evicted (policy, drain, preemption)."""
-        if not isinstance(self.launcher, Explaining):
-            return
+        held (condor_hold), else evicted (policy, drain, preemption): then `on_evict`, once."""
         job = self._jobs.get(name)
         status = job.status.job_status if job is not None and job.status is not None else None
         how = "evict"
@@ -398,7 +402,10 @@ class JobRunner:
             how = "remove"
         elif job.spec.hold or status == "Held":
             how = "hold"
-        self.launcher.note_exit_how(run.handle, how)
+        if isinstance(self.launcher, Explaining):
+            self.launcher.note_exit_how(run.handle, how)
+        if how == "evict" and self.on_evict is not None and job is not None and not run.killed:
+            self.on_evict(job, run.slot)
 
     def _give_up(self, name: str, why: str | None) -> None:
         """The restarted startd refused the claim of a job it was taking back: vacated."""

@@ -13,7 +13,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
@@ -42,6 +42,9 @@ from kondor_core.policy import Action, ActionKind, BenchmarksDone, EngineError, 
 from kondor_core.policy import Activity as EngineActivity
 from kondor_core.slots import LayoutError
 from kondor_core.startd.drain import drain_status, drain_step, resumed
+
+if TYPE_CHECKING:  # httpx is imported only where work is fetched
+    from kondor_agent.fetchwork import FetchWork
 
 log = logging.getLogger("kondor_agent")
 
@@ -89,8 +92,13 @@ class Agent:
         cron: CronRunner | None = None,
         benchmarks: BenchmarkRunner | None = None,
         jobs: JobRunner | None = None,
+        fetch: FetchWork | None = None,
     ) -> None:
         self.config = config
+        #: Runs the slots' fetch-work hooks; None: no work is fetched.
+        self.fetch = fetch
+        #: When the next fetch is due (a slot's FetchWorkDelay after its last one).
+        self._fetch_due: float | None = None
         #: Runs the policy's startd cron jobs; None: no cron (their ads stay empty).
         self.cron = cron
         #: Runs Mips/KFlops when the engine asks (run-benchmarks); None: not carried out.
@@ -152,6 +160,8 @@ class Agent:
         deferred = self.jobs.next_deferred() if self.jobs is not None else None
         if deferred is not None:
             wake = min(wake, max(deferred, now))
+        if self._fetch_due is not None:
+            wake = min(wake, max(self._fetch_due, now))
         due = self.coalescer.next_due()
         return wake if due is None else min(wake, max(due, now))
 
@@ -201,6 +211,8 @@ class Agent:
             self._waiting_for_ep = True
             return
         self._waiting_for_ep = False
+        if self.fetch is not None:
+            self.fetch.execution_point_uid = (ep.get("metadata") or {}).get("uid")
         if not self._started:
             self._restart_from(ep.get("status"))
         spec = self._spec(ep)
@@ -255,6 +267,11 @@ class Agent:
             for action in pending:
                 log.warning("not carried out: %s", action.as_dict())
             self.metrics.not_carried_out(pending)
+        if self.fetch is not None:
+            runs = self.jobs.running.values() if self.jobs is not None else ()
+            running = {run.slot: run.job for run in runs}
+            known = {} if self.jobs is None else self.jobs.known_jobs()
+            self._fetch_due = self.fetch.step(self.startd, running, known, now)
         if not self._degraded:
             self._condition(
                 now, "True", "SlotsPublished", f"slots carved with SlotPolicy {spec.policy.name}"

@@ -238,6 +238,7 @@ class _StatusFile:
 
 def _publish(args: argparse.Namespace) -> int:
     # Offline runs need no client.
+    from kondor_agent.fetchwork import FetchWork, HookCaller, KubernetesFetchAPI  # noqa: PLC0415
     from kondor_agent.kube import (  # noqa: PLC0415
         KubernetesAPI,
         WatchedExecutionPoint,
@@ -269,6 +270,10 @@ def _publish(args: argparse.Namespace) -> int:
         RuntimeLaunchers(process=ProcessJobs(_process_launcher(args)), pod=pods),
         time.time,
     )
+    fetch = FetchWork(
+        KubernetesFetchAPI(api.api_client), HookCaller(args.hooks_dir), args.node_name
+    )
+    runner.on_evict = fetch.evicted
     agent = Agent(
         config,
         watched,
@@ -278,8 +283,9 @@ def _publish(args: argparse.Namespace) -> int:
         cron=cron,
         benchmarks=benchmarks,
         jobs=runner,
+        fetch=fetch,
     )
-    cron.on_update = benchmarks.on_done = agent.wake
+    cron.on_update = benchmarks.on_done = fetch.on_done = agent.wake
     watched.on_change = jobs.on_change = agent.wake
     watched.start()
     jobs.start()
@@ -301,6 +307,7 @@ def _publish(args: argparse.Namespace) -> int:
         return 0
     agent.run(stop)
     cron.stop()
+    fetch.stop()
     watched.stop()
     jobs.stop()
     pods.stop()

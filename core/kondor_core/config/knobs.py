@@ -82,13 +82,22 @@ STARTD_KNOBS: Mapping[str, str] = {
         "STARTER_INITIAL_UPDATE_INTERVAL",
         "STARTER_UPDATE_INTERVAL",
         "KONDOR_JOB_HOOK_TIMEOUT",
+        # Fetch-work hooks ("Job Hooks That Fetch Work"; kondor_core.jobs.fetchwork): the
+        # delay between fetches, where fetched ExecutionJobs go, the CA of https hooks.
+        "FetchWorkDelay",
+        "KONDOR_FETCH_WORK_NAMESPACE",
+        "KONDOR_HOOK_CA_FILE",
     )
 }
 
 #: Startd knobs kept in `macros` by pattern: `<Keyword>_HOOK_<hook>` and
 #: SLOT<N>_JOB_HOOK_KEYWORD (kondor_core.jobs.hooks reads them).
 STARTD_KNOB_PATTERNS = (
-    re.compile(r"\w+?_HOOK_(?:PREPARE_JOB|UPDATE_JOB_INFO|JOB_EXIT)", re.IGNORECASE),
+    re.compile(
+        r"\w+?_HOOK_(?:PREPARE_JOB|UPDATE_JOB_INFO|JOB_EXIT|FETCH_WORK|REPLY_FETCH|EVICT_CLAIM)"
+        r"(?:_TIMEOUT)?",
+        re.IGNORECASE,
+    ),
     re.compile(r"SLOT\d+_JOB_HOOK_KEYWORD", re.IGNORECASE),
 )
 
@@ -101,6 +110,7 @@ STARTD_EXPRESSION_KNOBS = frozenset(
         "SINGULARITY_JOB",
         "SINGULARITY_IMAGE_EXPR",
         "SINGULARITY_BIND_EXPR",
+        "FETCHWORKDELAY",
     }
 )
 
@@ -213,11 +223,8 @@ def is_startd_knob(name: str) -> bool:
     return name.upper() in STARTD_KNOBS or any(p.fullmatch(name) for p in STARTD_KNOB_PATTERNS)
 
 
-#: The hooks Kondor does not run yet (the startd's fetch-work hooks, and the one before
-#: file transfer, which Kondor does not do).
-_UNRUN_HOOK = re.compile(
-    r"\w+?_HOOK_(?:FETCH_WORK|REPLY_FETCH|EVICT_CLAIM|PREPARE_JOB_BEFORE_TRANSFER)", re.IGNORECASE
-)
+#: The hook Kondor does not run: the one before file transfer, which Kondor does not do.
+_UNRUN_HOOK = re.compile(r"\w+?_HOOK_PREPARE_JOB_BEFORE_TRANSFER", re.IGNORECASE)
 
 
 def unimplemented_reason(name: str) -> str | None:
@@ -225,8 +232,8 @@ def unimplemented_reason(name: str) -> str | None:
     upper = name.upper()
     if _UNRUN_HOOK.fullmatch(name):
         return (
-            "Kondor runs the PREPARE_JOB, UPDATE_JOB_INFO and JOB_EXIT job hooks only; fetch-work "
-            "hooks are not carried out yet and there is no file transfer"
+            "Kondor has no file transfer, so no hook runs before it; PREPARE_JOB runs before "
+            "the job"
         )
     if upper in UNIMPLEMENTED:
         return UNIMPLEMENTED[upper]

@@ -13,7 +13,13 @@ from kondor_core.config import PolicyError, compile_policy, policy_hash
 from kondor_core.cron import DEFAULT_HOOKS_DIR, HookPathError, hook_path
 from kondor_core.fleet.selector import selector_problems
 from kondor_core.inputs import InputError, check_document
-from kondor_core.jobs.hooks import HookSettingsError, check_hook_settings, hook_programs
+from kondor_core.jobs.fetchwork import check_hook_target, is_url
+from kondor_core.jobs.hooks import (
+    HookSettingsError,
+    check_hook_settings,
+    hook_programs,
+    startd_hook_programs,
+)
 from kondor_core.policy import EngineError, StartdPolicy
 from kondor_core.slots import policy_problems
 
@@ -68,7 +74,18 @@ def check_policy(spec: Mapping[str, Any], *, hooks_dir: str = DEFAULT_HOOKS_DIR)
             problems.append(str(error))
     for knob, program in hook_programs(compiled.macros).items():
         try:
+            if is_url(program):  # the supervisor runs these: programs only
+                raise HookPathError(
+                    f"spec.condorConfig: {knob} = {program}: a URL; only FETCH_WORK, "
+                    "REPLY_FETCH and EVICT_CLAIM may be http(s) URLs, the starter's hooks "
+                    "are programs in the hooks directory"
+                )
             hook_path(program, hooks_dir, field=f"spec.condorConfig: {knob} = {program}")
+        except HookPathError as error:
+            problems.append(str(error))
+    for knob, program in startd_hook_programs(compiled.macros).items():
+        try:
+            check_hook_target(program, hooks_dir, field=f"spec.condorConfig: {knob} = {program}")
         except HookPathError as error:
             problems.append(str(error))
     try:

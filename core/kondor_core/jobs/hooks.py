@@ -39,7 +39,7 @@ PREPARE_JOB = "PREPARE_JOB"
 UPDATE_JOB_INFO = "UPDATE_JOB_INFO"
 JOB_EXIT = "JOB_EXIT"
 STARTER_HOOKS = (PREPARE_JOB, UPDATE_JOB_INFO, JOB_EXIT)
-#: The startd's hooks (fetch work); Kondor does not run them yet.
+#: The startd's hooks (fetch work; `kondor_core.jobs.fetchwork`).
 STARTD_HOOKS = ("FETCH_WORK", "REPLY_FETCH", "EVICT_CLAIM")
 
 #: HoldReasonCode HookPrepareJobFailure: PREPARE_JOB could not run or returned failure.
@@ -111,6 +111,14 @@ def job_hook_keyword(
 
 #: The `<Keyword>_HOOK_<hook>` knobs of the starter's hooks.
 JOB_HOOK_KNOB = re.compile(r"(\w+?)_HOOK_(PREPARE_JOB|UPDATE_JOB_INFO|JOB_EXIT)", re.IGNORECASE)
+#: The `<Keyword>_HOOK_<hook>` knobs of the startd's (fetch-work) hooks.
+STARTD_HOOK_KNOB = re.compile(r"(\w+?)_HOOK_(FETCH_WORK|REPLY_FETCH|EVICT_CLAIM)", re.IGNORECASE)
+#: Kondor's per-hook bound: `<Keyword>_HOOK_<hook>_TIMEOUT` seconds.
+HOOK_TIMEOUT_KNOB = re.compile(
+    r"(\w+?)_HOOK_(PREPARE_JOB|UPDATE_JOB_INFO|JOB_EXIT|FETCH_WORK|REPLY_FETCH|EVICT_CLAIM)"
+    r"_TIMEOUT",
+    re.IGNORECASE,
+)
 
 
 def hook_programs(macros: Mapping[str, str]) -> dict[str, str]:
@@ -122,12 +130,31 @@ def hook_programs(macros: Mapping[str, str]) -> dict[str, str]:
     }
 
 
+def startd_hook_programs(macros: Mapping[str, str]) -> dict[str, str]:
+    """Every fetch-work hook (a program or an http(s) URL) the configuration names, by knob."""
+    return {
+        name: value.strip()
+        for name, value in macros.items()
+        if STARTD_HOOK_KNOB.fullmatch(name) and value.strip()
+    }
+
+
 def check_hook_settings(macros: Mapping[str, str]) -> None:
-    """The intervals and timeout as numbers of seconds; HookSettingsError names the knob."""
+    """The intervals and timeouts as numbers of seconds; HookSettingsError names the knob."""
     upper = _upper(macros)
     _seconds(upper, "STARTER_INITIAL_UPDATE_INTERVAL", DEFAULT_INITIAL_UPDATE_INTERVAL)
     _seconds(upper, "STARTER_UPDATE_INTERVAL", DEFAULT_UPDATE_INTERVAL)
     _seconds(upper, "KONDOR_JOB_HOOK_TIMEOUT", DEFAULT_TIMEOUT)
+    for name in upper:
+        if HOOK_TIMEOUT_KNOB.fullmatch(name):
+            _seconds(upper, name, DEFAULT_TIMEOUT)
+
+
+def hook_timeout(macros: Mapping[str, str], knob: str) -> float:
+    """The bound on one hook's run: `<knob>_TIMEOUT`, else KONDOR_JOB_HOOK_TIMEOUT, else 60 s."""
+    upper = _upper(macros)
+    default = _seconds(upper, "KONDOR_JOB_HOOK_TIMEOUT", DEFAULT_TIMEOUT)
+    return _seconds(upper, f"{knob.upper()}_TIMEOUT", default)
 
 
 class HookSettingsError(ValueError):
