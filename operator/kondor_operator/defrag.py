@@ -75,6 +75,8 @@ class Defrag:
         self.sleep = sleep
         self.leading = True
         self.last_poll: float | None = None
+        #: node -> when this controller last drained it (least recently drained go first).
+        self.drained_at: dict[str, float] = {}
         self._last_why = ""
 
     def set_leading(self, leading: bool) -> None:
@@ -96,7 +98,7 @@ class Defrag:
         previous, self.last_poll = self.last_poll, now
         settings = self.settings()
         points = self.pool.execution_points()
-        plan = plan_defrag(settings, points, previous, now)
+        plan = plan_defrag(settings, points, previous, now, self.drained_at)
         for problem in plan.problems:
             logger.warning("defrag: %s", problem)
         uids = {ep.metadata.name: ep.metadata.uid for ep in points}
@@ -109,6 +111,7 @@ class Defrag:
         request = drain_request(settings, format_time(now))
         for name in plan.drain:
             if self.writer.patch_execution_point(name, {"spec": {"drain": request}}):
+                self.drained_at[name] = now
                 logger.info(
                     "defrag: initiating %s draining of %s", settings.draining_schedule, name
                 )

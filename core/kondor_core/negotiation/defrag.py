@@ -11,16 +11,16 @@ whole, and never more than the concurrency limit leaves room for.
 
 Kondor's differences, said in docs: the expressions are evaluated in the partitionable slots'
 ads (a node counts when one of them makes the expression true; a node without a partitionable
-slot is never drained), the candidates are ordered by DEFRAG_RANK and then by name rather
-than shuffled, and a drain is a request in the node's ExecutionPoint (`spec.drain`,
-requestedBy `condor_defrag`, reason `Defrag`) with -resume-on-completion, as condor_defrag
-sends it.
+slot is never drained), the candidates are ordered by DEFRAG_RANK, then least recently
+drained first and by name, rather than shuffled, and a drain is a request in the node's
+ExecutionPoint (`spec.drain`, requestedBy `condor_defrag`, reason `Defrag`) with
+-resume-on-completion, as condor_defrag sends it.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -189,8 +189,14 @@ def plan_defrag(
     execution_points: Sequence[ExecutionPoint],
     previous: float | None,
     now: float,
+    drained_before: Mapping[str, float] | None = None,
 ) -> DefragPlan:
-    """One condor_defrag poll over the nodes whose agent reports (heartbeat Fresh)."""
+    """One condor_defrag poll over the nodes whose agent reports (heartbeat Fresh).
+
+    Candidates of equal DEFRAG_RANK are taken least recently drained first (`drained_before`:
+    node -> when this controller last drained it), then by name, where condor_defrag
+    shuffles them: the same spread over the pool, and the same answer every time."""
+    last = drained_before or {}
     problems: list[str] = []
     nodes = [
         ep
@@ -276,7 +282,11 @@ def plan_defrag(
         )
     ]
     ranked = sorted(
-        candidates, key=lambda ep: -_rank(settings.rank, pslots[ep.metadata.name], problems)
+        candidates,
+        key=lambda ep: (
+            -_rank(settings.rank, pslots[ep.metadata.name], problems),
+            last.get(ep.metadata.name, -math.inf),
+        ),
     )
     chosen = tuple(ep.metadata.name for ep in ranked[:wanted])
     return DefragPlan(

@@ -303,3 +303,9 @@ def test_a_bad_knob_is_refused_naming_it(line: str, message: str) -> None:
 def test_a_bad_spec_field_is_refused_naming_it(field: str, value: Any) -> None:
     with pytest.raises(ValueError, match=field if field != "surprise" else "surprise"):
         PoolSpec.model_validate({"defrag": {field: value}})
+
+
+def test_nodes_drained_lately_come_last_among_equals() -> None:
+    nodes = [node("a", used=1), node("b", used=1), node("c", used=1)]
+    plan = plan_defrag(settings(), nodes, NOW - 600, NOW, {"a": NOW - 600, "b": NOW - 1200})
+    assert plan.drain == ("c", "b")
