@@ -7,6 +7,8 @@ and the whole-node job runs on it."""
 
 from __future__ import annotations
 
+import contextlib
+import itertools
 import json
 import threading
 import time
@@ -28,7 +30,11 @@ PER_HOUR = 1200  # one drain per 3 s poll
 MAX_DRAINING = 1
 #: A graceful drain lets the jobs retire until 20 s after they started: the first drain lasts
 #: several intervals, so the concurrency limit binds.
-POLICY = "POLLING_INTERVAL = 1\nUPDATE_INTERVAL = 5\nMAXJOBRETIREMENTTIME = 20\nMachineMaxVacateTime = 1\n"
+POLICY = """POLLING_INTERVAL = 1
+UPDATE_INTERVAL = 5
+MAXJOBRETIREMENTTIME = 20
+MachineMaxVacateTime = 1
+"""
 
 
 def machine_files(tmp: Path) -> list[Path]:
@@ -95,10 +101,8 @@ class Watcher:
 
     def run(self) -> None:
         while not self.stop.is_set():
-            try:
+            with contextlib.suppress(AssertionError):  # a kubectl failed under load
                 self.sample()
-            except AssertionError:
-                pass  # a kubectl that failed under load: the next sample
             self.stop.wait(0.3)
 
 
@@ -106,12 +110,13 @@ def test_defrag_drains_within_its_limits_and_the_whole_node_job_runs(cluster: Cl
     for name in NODES:
         job = process_job(f"frag-{name}", "sleep 600", requirements=f'Machine == "{name}"')
         cluster.apply(job, user="alice")
-    for name in NODES:
-        eventually(
-            lambda name=name: cluster.job(f"frag-{name}")["status"].get("jobStatus") == "Running",
-            60,
-            f"frag-{name} Running",
+
+    def running() -> bool:
+        return all(
+            cluster.job(f"frag-{name}")["status"].get("jobStatus") == "Running" for name in NODES
         )
+
+    eventually(running, 60, "every fragmenting job Running")
     cluster.apply(process_job("whole", "sleep 1; echo whole", requestCpus=4, priority=10), "alice")
     time.sleep(3)  # a negotiation cycle or two: no node has 4 cores free
     assert cluster.job("whole")["status"].get("jobStatus") == "Idle"
@@ -152,7 +157,7 @@ def test_defrag_drains_within_its_limits_and_the_whole_node_job_runs(cluster: Cl
     assert watcher.most <= MAX_DRAINING
     # One drain per interval: two drains are at least one interval apart (RFC 3339 seconds,
     # so one second less).
-    gaps = [b - a for a, b in zip(drained_at, drained_at[1:], strict=False)]
+    gaps = [b - a for a, b in itertools.pairwise(drained_at)]
     assert all(gap >= INTERVAL - 1 for gap in gaps), gaps
     events = cluster.kubectl(
         "get", "events", "-A", "--field-selector", "reason=DefragDrain", "-o", "name"
