@@ -336,6 +336,17 @@ class ExecutionJobStatus(Model):
     slot: str | None = Field(default=None, description="The slot the negotiator matched")
     claim_id: str | None = None
     match_time: str | None = None
+    preemption: Literal["Rank", "UserPriority"] | None = Field(
+        default=None,
+        description="Why the match preempts the claim its slot holds: the slot's RANK prefers "
+        "the job (Rank) or the job's user has the better priority (UserPriority, under "
+        "PREEMPTION_REQUIREMENTS); none when the slot was free",
+    )
+    preempt_slots: list[str] | None = Field(
+        default=None,
+        description="The dynamic slots the match preempts on its partitionable slot "
+        "(ALLOW_PSLOT_PREEMPTION): the agent vacates them, then claims the slot for the job",
+    )
     last_rej_match_reason: str | None = Field(
         default=None, description="LastRejMatchReason: why the last cycle found no slot"
     )

@@ -80,14 +80,14 @@ class PoolSpec(Model):
     )
     preemption_requirements: ClassAdExpr = Field(
         default="False",
-        description="PREEMPTION_REQUIREMENTS: when a user of better priority may preempt a "
-        "running job (MY = the slot with RemoteUserPrio, TARGET = the new job). Not carried "
-        "out yet: only RANK preemption is",
+        description="PREEMPTION_REQUIREMENTS: when a user of better effective priority may "
+        "preempt a running job (MY = the slot, with RemoteUserPrio; TARGET = the new job, with "
+        "SubmitterUserPrio); HTCondor's default False allows only RANK preemption",
     )
     preemption_rank: ClassAdExpr = Field(
         default=DEFAULT_PREEMPTION_RANK,
-        description="PREEMPTION_RANK: which claim priority preemption takes first. Not carried "
-        "out yet",
+        description="PREEMPTION_RANK: which claim preemption takes first (higher first; MY = "
+        "the slot, TARGET = the new job); also orders dynamic slots for ALLOW_PSLOT_PREEMPTION",
     )
     negotiator_consider_preemption: bool = Field(
         default=True,
@@ -96,13 +96,15 @@ class PoolSpec(Model):
     )
     negotiator_consider_early_preemption: bool = Field(
         default=False,
-        description="NEGOTIATOR_CONSIDER_EARLY_PREEMPTION: preempt claims with retirement time "
-        "left. Not carried out yet (the startd retires a claim before it vacates)",
+        description="NEGOTIATOR_CONSIDER_EARLY_PREEMPTION: match slots whose claim has "
+        "retirement time left (RetirementTimeRemaining > 0); the startd retires the job before "
+        "the new claim takes over",
     )
     allow_pslot_preemption: bool = Field(
         default=False,
-        description="ALLOW_PSLOT_PREEMPTION: preempt dynamic slots of a partitionable slot "
-        "together. Not carried out yet",
+        description="ALLOW_PSLOT_PREEMPTION: match a partitionable slot too small for a job "
+        "with some of its dynamic slots preempted (by CurrentRank, then PREEMPTION_RANK; never "
+        "one with retirement time left); dynamic slots are then not preempted alone",
     )
     slot_weight: ClassAdExpr = Field(
         default="Cpus",

@@ -26,6 +26,7 @@ class's RANK gave it at the start of the cycle.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import math
 import re
 from collections.abc import Iterable, Sequence
@@ -42,11 +43,33 @@ from kondor_core.negotiation.negotiator import (
     consume,
     shortfall,
 )
+from kondor_core.negotiation.preemption import (
+    REASON_ORDER,
+    PreemptionPolicy,
+    claim_verdict,
+    set_submitter,
+    with_remote_priorities,
+)
 from kondor_core.policy.evaluation import describe, number, truth
 
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 #: Slot attributes that always decide what a slot offers.
-_SLOT_FIXED = ("State", "Activity", "PartitionableSlot", "CurrentRank", "Requirements", "Start")
+_SLOT_FIXED = (
+    "State",
+    "Activity",
+    "PartitionableSlot",
+    "DynamicSlot",
+    "CurrentRank",
+    "Requirements",
+    "Start",
+    # what the preemption rules read of a Claimed slot
+    "RemoteUser",
+    "AccountingGroup",
+    "RemoteUserPrio",
+    "RetirementTimeRemaining",
+)
+#: The reasons for a claim, by their order among candidates (higher first).
+_REASONS = {order: reason for reason, order in REASON_ORDER.items()}
 #: The slot expressions the negotiator evaluates, whose references make slots differ.
 _SLOT_ROOTS = ("Start", "Rank", "Requirements")
 #: Resources whose Consumption<Res> expressions a slot may have (consumption policy).
@@ -114,7 +137,9 @@ class _Group:
     still worth looking at: a slot taken, or too small for this autocluster's requests,
     stays so for the rest of the cycle (resources only shrink within a cycle)."""
 
-    rank: tuple[float, int, float]
+    #: (job Rank, 2 for an idle slot / 1 a claim preempted for RANK / 0 for user priority,
+    #: PREEMPTION_RANK, slot RANK).
+    rank: tuple[float, int, float, float]
     members: list[int]
     first: int = 0
 
@@ -139,19 +164,30 @@ class IndexedMatchmaker:
         consider_preemption: bool = True,
         jobs: Iterable[Any] = (),
         small_pool: int = SMALL_POOL,
+        preemption: PreemptionPolicy | None = None,
     ) -> None:
-        self.ads = list(offers)
-        self.consider_preemption = consider_preemption
+        policy = preemption or PreemptionPolicy()
+        if policy.consider != consider_preemption:
+            policy = dataclasses.replace(policy, consider=consider_preemption and policy.consider)
+        self.policy = policy
+        self.ads = with_remote_priorities(offers, policy)
+        self.consider_preemption = policy.consider
         self._taken: set[int] = set()
         self._consumed: set[int] = set()
         self._plain: Matchmaker | None = None
         self._autoclusters: dict[tuple[Any, ...], _Autocluster] = {}
+        self._submitter = ""
         self._groupings: dict[tuple[str, ...], dict[tuple[Any, ...], list[int]]] = {}
         self._base: list[int] = []
         self._slot_refs: list[str] = []
         self._consumes: list[bool] = []
-        if len(self.ads) <= small_pool:
-            self._plain = Matchmaker(self.ads, consider_preemption=consider_preemption)
+        # Pslot preemption looks at a partitionable slot with its dynamic slots together,
+        # which slot classes do not: the plain matchmaker decides it.
+        pslot = policy.pslot and any(
+            ad.get("DynamicSlot") is True and ad.get("State") == "Claimed" for ad in self.ads
+        )
+        if len(self.ads) <= small_pool or (pslot and policy.consider):
+            self._plain = Matchmaker(offers, consider_preemption=policy.consider, preemption=policy)
             return
         del jobs  # the job side is keyed per autocluster
         self._classify()
@@ -169,6 +205,7 @@ class IndexedMatchmaker:
         closures: dict[tuple[str, ...], list[str]] = {}
         keys: dict[tuple[Any, ...], int] = {}
         refs: dict[str, None] = {}
+        preemption_refs = self._preemption_refs()
         for ad in self.ads:
             texts = tuple(str(ad.get(name)) for name in (*_SLOT_ROOTS, *_CONSUMPTION))
             names = closures.get(texts)
@@ -178,13 +215,19 @@ class IndexedMatchmaker:
                     for n, t in zip((*_SLOT_ROOTS, *_CONSUMPTION), texts, strict=True)
                     if t != "None"
                 ]
-                names = sorted(set(_closure((ad,), roots)) | set(_SLOT_FIXED))
+                names = sorted(set(_closure((ad,), [*roots, *preemption_refs])) | set(_SLOT_FIXED))
                 closures[texts] = names
                 refs.update(dict.fromkeys(names))
             key = (texts, *(str(ad.get(name)) for name in names))
             self._base.append(keys.setdefault(key, len(keys)))
             self._consumes.append(any(t != "None" for t in texts[len(_SLOT_ROOTS) :]))
         self._slot_refs = list(refs)
+
+    def _preemption_refs(self) -> list[str]:
+        """What PREEMPTION_REQUIREMENTS and PREEMPTION_RANK refer to, when they matter."""
+        if not self.policy.consider:
+            return []
+        return sorted(identifiers(self.policy.requirements) | identifiers(self.policy.rank))
 
     def _grouping(self, names: tuple[str, ...]) -> dict[tuple[Any, ...], list[int]]:
         """The slots by base class and the values of `names` (what an autocluster's
@@ -211,7 +254,7 @@ class IndexedMatchmaker:
                 refs |= identifiers(texts[-1])
         slot_names = tuple(sorted(refs))
         values: list[Any] = [*texts]
-        todo = [*_JOB_REQUESTS, *refs, *self._slot_refs]
+        todo = [*_JOB_REQUESTS, *refs, *self._slot_refs, *self._preemption_refs()]
         seen: set[str] = {"Requirements", "Rank"}
         while todo:
             name = todo.pop()
@@ -231,40 +274,49 @@ class IndexedMatchmaker:
 
     # -- evaluation
 
-    def _verdict(self, job: Any, ad: Any) -> tuple[float, int, float] | str:
-        """The slot's ranks for the job (job Rank, 1 for an idle slot / 0 for a claim to
-        preempt, slot RANK), or why it takes no match from the job (resources apart)."""
+    def _verdict(
+        self, job: Any, ad: Any, submitter: str = ""
+    ) -> tuple[float, int, float, float] | str:
+        """The slot's ranks for the job (`_Group.rank`), or why it takes no match from the
+        job (resources apart)."""
         state = ad.get("State")
         name = ad.get("Name")
         if ad.get("Requirements") is False:
             return f"{name} is {state}/{ad.get('Activity')} and takes no match"
         partitionable = ad.get("PartitionableSlot") is True
         slot_rank = _plain(evaluate(ad, job, "Rank"))
-        preempts = (
-            self.consider_preemption
-            and state == "Claimed"
-            and slot_rank > _plain(ad.get("CurrentRank"))
-        )
+        reason_order, preemption_rank = REASON_ORDER[None], 0.0
         open_states = ("Unclaimed",) if partitionable else ("Unclaimed", "Backfill")
-        if not preempts and state not in open_states:
+        if state == "Claimed" and not partitionable:
+            verdict = claim_verdict(self.policy, ad, job, submitter, slot_rank)
+            if isinstance(verdict, str):
+                return verdict
+            reason_order, preemption_rank = REASON_ORDER[verdict.reason], verdict.rank
+        elif state not in open_states:
             return f"{name} is {state}"
         if "Requirements" in job and truth(evaluate(job, ad, "Requirements")) is not True:
             return f"{name}: the job's Requirements are not TRUE for it"
         start = evaluate(ad, job, "Start")
         if truth(start) is not True:
             return f"{name}: START is {describe(start)} for the job"
-        return (_plain(evaluate(job, ad, "Rank")), 0 if preempts else 1, slot_rank)
+        return (_plain(evaluate(job, ad, "Rank")), reason_order, preemption_rank, slot_rank)
 
-    def _autocluster(self, job: Any) -> _Autocluster:
+    def _autocluster(self, job: Any, submitter: str = "") -> _Autocluster:
         slot_names, values = self._job_key(job)
-        key = (slot_names, values)
+        # Whom the job's user may preempt depends on the user: the user is significant.
+        key = (
+            slot_names,
+            values,
+            submitter if self.consider_preemption else "",
+            self.policy.requirements,
+        )
         found = self._autoclusters.get(key)
         if found is not None:
             return found
         made = _Autocluster(needs=_needs(job))
-        ranked: dict[tuple[float, int, float], list[int]] = {}
+        ranked: dict[tuple[float, int, float, float], list[int]] = {}
         for members in self._grouping(slot_names).values():
-            verdict = self._verdict(job, self.ads[members[0]])
+            verdict = self._verdict(job, self.ads[members[0]], submitter)
             if isinstance(verdict, str):
                 made.reasons.append(f"{len(members)} slot(s) like {verdict}")
                 continue
@@ -278,19 +330,27 @@ class IndexedMatchmaker:
 
     # -- matching
 
+    def forbid_priority_preemption(self) -> None:
+        """From now on no match preempts for user priority (RANK preemption still may)."""
+        self.policy = dataclasses.replace(self.policy, requirements="False")
+        if self._plain is not None:
+            self._plain.forbid_priority_preemption()
+
     def match(self, job: IdleJob) -> Matched | str:
         """The job's match (and the slot's share taken), or why no slot took it."""
         if self._plain is not None:
             return self._plain.match(job)
-        cluster = self._autocluster(job.ad)
+        set_submitter(job.ad, job.submitter, self.policy)
+        self._submitter = job.submitter
+        cluster = self._autocluster(job.ad, job.submitter)
         if cluster.rejected is not None:
             return cluster.rejected
         for group in cluster.groups:
             index = self._first_fit(group, job.ad, cluster.needs)
             if index is not None:
-                rank, idle, slot_rank = group.rank
+                rank, order, _, slot_rank = group.rank
                 return self._take(
-                    job, index, rank, slot_rank, preempts=idle == 0, needs=cluster.needs
+                    job, index, rank, slot_rank, reason=_REASONS[order], needs=cluster.needs
                 )
         parts = list(cluster.reasons[:5])
         if len(cluster.reasons) > 5:
@@ -326,7 +386,9 @@ class IndexedMatchmaker:
                     group.first += 1
                 position += 1
                 continue
-            if index in self._consumed and isinstance(self._verdict(job, self.ads[index]), str):
+            if index in self._consumed and isinstance(
+                self._verdict(job, self.ads[index], self._submitter), str
+            ):
                 position += 1
                 continue
             return index
@@ -339,9 +401,10 @@ class IndexedMatchmaker:
         rank: float,
         slot_rank: float,
         *,
-        preempts: bool,
+        reason: str | None,
         needs: dict[str, int] | None,
     ) -> Matched:
+        preempts = reason is not None
         ad = self.ads[index]
         if ad.get("PartitionableSlot") is True and not preempts:
             if index not in self._consumed:
@@ -356,7 +419,7 @@ class IndexedMatchmaker:
                         ad[attribute] = int(left) if float(left).is_integer() else left
         else:
             self._taken.add(index)
-        return Matched(job.id, str(ad.get("Name")), rank, slot_rank, preempts)
+        return Matched(job.id, str(ad.get("Name")), rank, slot_rank, preempts, reason)
 
 
 def _needs(job: Any) -> dict[str, int] | None:

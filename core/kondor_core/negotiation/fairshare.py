@@ -20,6 +20,7 @@ submitter and weight, and the offers (`negotiator.slot_offer`).
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections import deque
 from collections.abc import Mapping, Sequence
@@ -32,6 +33,7 @@ from kondor_core.classads import parse_expr
 from kondor_core.negotiation.accountant import pie
 from kondor_core.negotiation.autocluster import IndexedMatchmaker
 from kondor_core.negotiation.negotiator import IdleJob, Matched
+from kondor_core.negotiation.preemption import PreemptionPolicy
 from kondor_core.policy.evaluation import number
 
 #: Slack for comparing weights with limits (slices are floats).
@@ -94,14 +96,27 @@ def negotiate_fair(
     free: float,
     size: float | None = None,
     consider_preemption: bool = True,
+    preemption: PreemptionPolicy | None = None,
 ) -> FairCycle:
     """One cycle over `jobs` (each with its submitter and weight) and `offers`: submitters
     by `priorities` (effective, lower first), limits from the pie of the pool's `size`
     (weighted; `free` plus `usage` when not given) less `usage` (weighted resources each
     submitter holds now); `free` is what the offers have unclaimed. The offers are not
-    modified."""
+    modified.
+
+    `preemption` has the preemption knobs (`preemption.PreemptionPolicy`; the effective
+    priorities and usage are taken from `priorities` and `usage` when it has none). A
+    submitter preempts for user priority only within its slice: what is handed out beyond
+    the slices never preempts for priority (it would take from a user what the pie gives
+    them back the next cycle)."""
+    policy = preemption or PreemptionPolicy(consider=consider_preemption)
+    if not policy.priorities:
+        policy = dataclasses.replace(policy, priorities=dict(priorities), usage=dict(usage))
     matchmaker = IndexedMatchmaker(
-        offers, consider_preemption=consider_preemption, jobs=[job.ad for job in jobs]
+        offers,
+        consider_preemption=consider_preemption,
+        jobs=[job.ad for job in jobs],
+        preemption=policy,
     )
     queues: dict[str, deque[IdleJob]] = {}
     for job in sorted(jobs, key=lambda j: (-j.priority, j.order)):
@@ -137,6 +152,7 @@ def negotiate_fair(
             break
         for name, extra in pie(hungry, left).items():  # spin the pie again for leftovers
             limits[name] = got[name] + extra
+    matchmaker.forbid_priority_preemption()
     # What no slice took goes round one job at a time, each time to the submitter whose
     # usage after the job, weighed by its effective priority, is least: fair among equals,
     # and a nice user (its priority 1e10 times worse) last.

@@ -5,9 +5,10 @@ matches a slot when the job's Requirements (MY = the job, TARGET = the slot) and
 the slot's Requirements/START (MY = the slot, TARGET = the job) are both TRUE.
 Among the slots that match, the job's Rank picks first; a slot that would have to
 preempt its current claim comes after an idle one of the same job Rank (the
-negotiator only preempts when it must); then the slot's RANK for the job; then
-slot order. A claimed slot is a candidate only when its RANK prefers the new job
-to the one it runs (RANK > CurrentRank), which is RANK preemption.
+negotiator only preempts when it must), and one preempted for RANK before one preempted
+for user priority ("User Priorities and Negotiation"); then PREEMPTION_RANK; then the
+slot's RANK for the job; then slot order. Which claimed slots are candidates is
+`preemption.claim_verdict`'s decision.
 
 Pure: the caller says which slots are candidates and what START and RANK are;
 this module evaluates only the job's side with classad2.
@@ -23,6 +24,9 @@ import classad2
 
 from kondor_core.classads import match_scope
 from kondor_core.policy.evaluation import number, truth
+
+#: An idle slot before one preempted for machine RANK, before one preempted for user priority.
+_REASON_ORDER = {"Rank": 1, "UserPriority": 0}
 
 
 @dataclass(frozen=True)
@@ -40,6 +44,12 @@ class Candidate:
     order: int = 0
     #: Why START does not accept the job, for the report when nothing matches.
     start_reason: str = ""
+    #: Why taking it preempts its claim ("Rank" or "UserPriority"; None: it does not).
+    reason: str | None = None
+    #: PREEMPTION_RANK of the claim it preempts (higher is preempted first).
+    preemption_rank: float = 0.0
+    #: Dynamic slots preempted with it (ALLOW_PSLOT_PREEMPTION), when it is partitionable.
+    victims: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -74,7 +84,7 @@ def job_rank(job_ad: Any, slot_ad: Any) -> float:
 
 def choose(job_ad: Any, candidates: Iterable[Candidate]) -> Choice:
     """The best slot for `job_ad` among `candidates`, or a Choice with no slot and reasons."""
-    best: tuple[tuple[float, int, float, int], Candidate, float] | None = None
+    best: tuple[tuple[float, int, float, float, int], Candidate, float] | None = None
     reasons: list[str] = []
     for candidate in candidates:
         if not requirements_met(job_ad, candidate.ad):
@@ -84,7 +94,13 @@ def choose(job_ad: Any, candidates: Iterable[Candidate]) -> Choice:
             reasons.append(f"{candidate.slot}: {candidate.start_reason or 'START is not TRUE'}")
             continue
         rank = job_rank(job_ad, candidate.ad)
-        key = (rank, 0 if candidate.preempts else 1, candidate.slot_rank, -candidate.order)
+        key = (
+            rank,
+            _REASON_ORDER.get(candidate.reason or "", 0) if candidate.preempts else 2,
+            candidate.preemption_rank,
+            candidate.slot_rank,
+            -candidate.order,
+        )
         if best is None or key > best[0]:
             best = (key, candidate, rank)
     if best is None:

@@ -6,9 +6,14 @@ For each idle job, best JobPrio first and then in submission order, it looks at 
 ad that takes a match:
 
 - an Unclaimed slot (static or partitionable), or a static slot running backfill;
-- a Claimed slot whose RANK for the job is greater than its CurrentRank (RANK preemption),
-  unless the slot advertises Requirements FALSE (a preempting claim already waits, the claim
-  is retiring for good, the startd drains or shuts down).
+- a Claimed slot whose claim may be preempted (`preemption.claim_verdict`: RANK preemption
+  when its RANK for the job is greater than its CurrentRank, user-priority preemption under
+  PREEMPTION_REQUIREMENTS, never with retirement time left unless
+  NEGOTIATOR_CONSIDER_EARLY_PREEMPTION), unless the slot advertises Requirements FALSE (a
+  preempting claim already waits, the claim is retiring for good, the startd drains or
+  shuts down);
+- with ALLOW_PSLOT_PREEMPTION, a partitionable slot too small for the job whose dynamic
+  slots, preempted, free enough (`preemption.pslot_victims`).
 
 The job's Requirements (MY = the job, TARGET = the slot) and the slot's START (MY = the
 slot, TARGET = the job) must both be TRUE, and a partitionable slot must have what the job
@@ -22,15 +27,17 @@ one job per cycle.
 
 The startd has the last word: it re-checks START and the resources when the match arrives
 (`kondor_core.startd.tick`), so a match the negotiator's view allowed may still be refused,
-and the job waits for the next cycle. User priorities, fair share and priority preemption
-arrive with the accountant; they order and filter what this cycle does, nothing more.
+and the job waits for the next cycle. User priorities and fair share (`fairshare`) order
+and filter what this cycle does; the effective priorities reach the preemption rules
+through `PreemptionPolicy`.
 """
 
 from __future__ import annotations
 
 import copy
+import dataclasses
 import math
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -38,6 +45,14 @@ import classad2
 
 from kondor_core.classads import match_scope, parse_expr
 from kondor_core.negotiation.matchmaking import Candidate, choose
+from kondor_core.negotiation.preemption import (
+    Preempt,
+    PreemptionPolicy,
+    claim_verdict,
+    pslot_victims,
+    set_submitter,
+    with_remote_priorities,
+)
 from kondor_core.policy.evaluation import describe, number, rewrite_time, truth
 from kondor_core.slots.layout import UNIT_WORDS
 
@@ -75,6 +90,10 @@ class Matched:
     job_rank: float = 0.0
     slot_rank: float = 0.0
     preempts: bool = False
+    #: Why it preempts: "Rank" (machine RANK) or "UserPriority" (PREEMPTION_REQUIREMENTS).
+    reason: str | None = None
+    #: The dynamic slots preempted to make room on a partitionable slot (pslot preemption).
+    victims: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -103,14 +122,19 @@ def slot_offer(attributes: Mapping[str, Any], expressions: Collection[str], now:
 
 
 def negotiate(
-    jobs: Sequence[IdleJob], offers: Sequence[Any], *, consider_preemption: bool = True
+    jobs: Sequence[IdleJob],
+    offers: Sequence[Any],
+    *,
+    consider_preemption: bool = True,
+    preemption: PreemptionPolicy | None = None,
 ) -> Cycle:
     """One cycle: match `jobs` to the slot ads `offers` (from `slot_offer`), in condor_status
     order, best JobPrio first then in submission order. The offers are not modified.
 
     With `consider_preemption` False (NEGOTIATOR_CONSIDER_PREEMPTION), a Claimed slot is
-    never a candidate."""
-    matchmaker = Matchmaker(offers, consider_preemption=consider_preemption)
+    never a candidate; `preemption` gives the other knobs and the user priorities (without
+    it, only RANK preemption)."""
+    matchmaker = Matchmaker(offers, consider_preemption=consider_preemption, preemption=preemption)
     matches: list[Matched] = []
     rejections: dict[str, str] = {}
     for job in sorted(jobs, key=lambda j: (-j.priority, j.order)):
@@ -127,22 +151,34 @@ class Matchmaker:
     partitionable slot is taken off this cycle's copy of its ad, and a static slot (or a
     preempted claim) takes one job. The offers given are not modified."""
 
-    def __init__(self, offers: Sequence[Any], *, consider_preemption: bool = True) -> None:
-        self.ads = list(offers)
-        self.consider_preemption = consider_preemption
+    def __init__(
+        self,
+        offers: Sequence[Any],
+        *,
+        consider_preemption: bool = True,
+        preemption: PreemptionPolicy | None = None,
+    ) -> None:
+        policy = preemption or PreemptionPolicy()
+        if policy.consider != consider_preemption:
+            policy = dataclasses.replace(policy, consider=consider_preemption and policy.consider)
+        self.policy = policy
+        self.ads = with_remote_priorities(offers, policy)
+        self.consider_preemption = policy.consider
         self._consumed: set[int] = set()
         self._taken: set[int] = set()
+        self._index = {str(ad.get("Name")): i for i, ad in enumerate(self.ads)}
 
     def match(self, job: IdleJob) -> Matched | str:
         """The job's match (and the slot's share taken), or why no slot took it."""
         ads = self.ads
+        set_submitter(job.ad, job.submitter, self.policy)
         refusals: list[str] = []
         candidates: list[Candidate] = []
         for order, ad in enumerate(ads):
             if order in self._taken:
                 refusals.append(f"{ad.get('Name')} is Claimed")  # by a match of this cycle
                 continue
-            candidate = _candidate(job.ad, ad, order, refusals, self.consider_preemption)
+            candidate = _candidate(job, ad, order, refusals, self.policy, children=self._children)
             if candidate is not None:
                 candidates.append(candidate)
         choice = choose(job.ad, candidates)
@@ -157,14 +193,42 @@ class Matchmaker:
             _consume(ads[index], job.ad)
         else:
             self._taken.add(index)
-        return Matched(job.id, choice.slot, choice.job_rank, chosen.slot_rank, choice.preempts)
+            self._taken.update(self._index[name] for name in chosen.victims)
+        return Matched(
+            job.id,
+            choice.slot,
+            choice.job_rank,
+            chosen.slot_rank,
+            choice.preempts,
+            chosen.reason,
+            chosen.victims,
+        )
+
+    def forbid_priority_preemption(self) -> None:
+        """From now on no match preempts for user priority (RANK preemption still may)."""
+        self.policy = dataclasses.replace(self.policy, requirements="False")
+
+    def _children(self, parent: Any) -> list[Any]:
+        """The dynamic slots of a partitionable slot offered this cycle and not yet taken."""
+        names = parent.get("ChildName")
+        if not isinstance(names, list):
+            return []
+        indices = [self._index.get(str(name)) for name in names]
+        return [self.ads[i] for i in indices if i is not None and i not in self._taken]
 
 
 def _candidate(
-    job: Any, ad: Any, order: int, refusals: list[str], consider_preemption: bool = True
+    idle: IdleJob,
+    ad: Any,
+    order: int,
+    refusals: list[str],
+    policy: PreemptionPolicy,
+    *,
+    children: Callable[[Any], list[Any]] = lambda _: [],
 ) -> Candidate | None:
     """The slot as a candidate for the job, or None (and why, in `refusals`) when it takes
     no match for the job now."""
+    job = idle.ad
     name = str(ad.get("Name", f"slot #{order + 1}"))
     state = ad.get("State")
     if ad.get("Requirements") is False:
@@ -172,21 +236,58 @@ def _candidate(
         return None
     partitionable = ad.get("PartitionableSlot") is True
     slot_rank = _number(ad, "Rank", job)
-    preempts = (
-        consider_preemption and state == "Claimed" and slot_rank > _plain(ad.get("CurrentRank"))
-    )
+    preempt: Preempt | None = None
+    victims: tuple[str, ...] = ()
     open_states = ("Unclaimed",) if partitionable else ("Unclaimed", "Backfill")
-    if not preempts and state not in open_states:
+    if state == "Claimed" and not partitionable:
+        if policy.pslot and ad.get("DynamicSlot") is True:
+            refusals.append(
+                f"{name} is Claimed (ALLOW_PSLOT_PREEMPTION preempts dynamic slots only "
+                "through their partitionable slot)"
+            )
+            return None
+        verdict = claim_verdict(policy, ad, job, idle.submitter, slot_rank)
+        if isinstance(verdict, str):
+            refusals.append(verdict)
+            return None
+        preempt = verdict
+    elif state not in open_states:
         refusals.append(f"{name} is {state}")
         return None
     short = _shortfall(ad, job)
     if short is not None:
-        refusals.append(f"{name}: {short}")
-        return None
+        found = None
+        if partitionable and policy.pslot and policy.consider:
+            needs = _consumption(ad, job)
+            found = pslot_victims(
+                policy,
+                ad,
+                children(ad),
+                job,
+                submitter=idle.submitter,
+                needs=needs,
+                slot_rank_of=lambda child: _number(child, "Rank", job),
+            )
+        if found is None or isinstance(found, str):
+            refusals.append(f"{name}: {short}" + (f", and {found}" if found else ""))
+            return None
+        preempt = Preempt(found.reason, found.rank)
+        victims = found.slots
     start = _evaluate(ad, "Start", job)
     accepts = truth(start) is True
     reason = "" if accepts else f"START is {describe(start)} for the job"
-    return Candidate(name, ad, accepts, slot_rank, preempts, order, reason)
+    return Candidate(
+        name,
+        ad,
+        accepts,
+        slot_rank,
+        preempt is not None,
+        order,
+        reason,
+        preempt.reason if preempt is not None else None,
+        preempt.rank if preempt is not None else 0.0,
+        victims,
+    )
 
 
 def _consumption(ad: Any, job: Any) -> dict[str, float]:

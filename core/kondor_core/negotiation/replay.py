@@ -46,6 +46,7 @@ from kondor_core.config import compile_policy
 from kondor_core.jobs import job_ad
 from kondor_core.jobs.deferral import crontab_of, match_prep_time, may_match, missed, next_cron_time
 from kondor_core.negotiation.negotiator import IdleJob, negotiate, slot_offer
+from kondor_core.negotiation.preemption import PreemptionPolicy
 from kondor_core.policy import (
     Action,
     ActivateClaim,
@@ -85,6 +86,9 @@ _COMMANDS: Mapping[str, Event] = {
     "shutdown-peaceful": Shutdown(ShutdownMode.PEACEFUL),
     "shutdown-fast": Shutdown(ShutdownMode.FAST),
 }
+
+#: RANK preemption only (PREEMPTION_REQUIREMENTS False), early preemption considered.
+_TIMELINE_PREEMPTION = PreemptionPolicy(early=True)
 
 
 class JobStatus(StrEnum):
@@ -340,7 +344,11 @@ class _Driver:
             slot_offer(ad.attributes, ad.expressions, now)
             for ad in startd.published_ads(self.node, live, now)
         ]
-        cycle = negotiate(idle, offers)
+        # The timeline plays the startd's side of the policy texts, whose preempting claims
+        # retire the running job ("MAXJOBRETIREMENTTIME", "Disabling and Enabling
+        # Preemption"): its negotiator considers early preemption, so a claim with
+        # retirement time left is still matched (the operator's follows the Pool's knob).
+        cycle = negotiate(idle, offers, preemption=_TIMELINE_PREEMPTION)
         for job_id, why in cycle.rejections.items():
             self.jobs[job_id] = dataclasses.replace(self.jobs[job_id], unmatched=why)
         for matched in cycle.matches:

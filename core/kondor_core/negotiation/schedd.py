@@ -61,6 +61,7 @@ from kondor_core.negotiation.fairshare import (
     weight_of,
 )
 from kondor_core.negotiation.negotiator import IdleJob, slot_offer
+from kondor_core.negotiation.preemption import PreemptionPolicy
 
 #: HoldReasonCode 1, UserRequest ("Job ClassAd Attributes": HoldReasonCode).
 HOLD_USER_REQUEST = 1
@@ -309,6 +310,8 @@ def _idle(
         "slot": None,
         "claim_id": None,
         "match_time": None,
+        "preemption": None,
+        "preempt_slots": None,
         "hold_reason": None,
         "hold_reason_code": None,
     }
@@ -467,6 +470,7 @@ def plan_cycle(
     aged = update_accountant(accountant, usage, now, settings)
     priorities = effective_priorities(aged, settings, {job.submitter for job in queue})
     admitted = queue
+    preemption = PreemptionPolicy.of(settings, priorities, usage)
     cycle = negotiate_fair(
         queue,
         offers,
@@ -475,6 +479,7 @@ def plan_cycle(
         free=offered_weight(settings.slot_weight, offers),
         size=pool_weight(settings.slot_weight, execution_points),
         consider_preemption=settings.negotiator_consider_preemption,
+        preemption=preemption,
     )
     stamp = format_time(now)
     for matched in cycle.matches:
@@ -491,10 +496,14 @@ def plan_cycle(
                 "claim_id": claim,
                 "num_job_matches": number,
                 "match_time": stamp,
+                "preemption": matched.reason if matched.preempts else None,
+                "preempt_slots": list(matched.victims) or None,
                 "conditions": set_condition(status.conditions, holds, now),
             }
         )
-        why = f"matched to {matched.slot}" + (" (preempting its claim)" if matched.preempts else "")
+        why = f"matched to {matched.slot}" + (
+            f" (preempting for {matched.reason})" if matched.preempts else ""
+        )
         namespace = job.metadata.namespace or ""
         changes.append(JobChange(namespace, job.metadata.name, new, ep, why))
     for key, reason in cycle.rejections.items():

@@ -7,8 +7,12 @@ sees into those events, one polling cycle at a time:
 
 - a job whose `status.claimId` the agent has not answered yet, Idle, neither held nor
   removed, is a new match: Match + ActivateClaim for `status.slot` (the startd re-checks
-  START and the resources and may refuse); on a Claimed slot the match preempts (RANK), and
-  its claim is activated once it has taken the slot over;
+  START and the resources and may refuse); on a Claimed slot the match preempts (for RANK,
+  or for user priority when the job's `status.preemption` says so), and its claim is
+  activated once it has taken the slot over;
+- a match on a partitionable slot that preempts some of its dynamic slots
+  (`status.preemptSlots`, ALLOW_PSLOT_PREEMPTION) first releases their claims (the startd
+  vacates their jobs by its policy) and is sent to the slot once they are all gone;
 - a job still naming the claim a slot holds renews its lease (LeaseRenewed);
 - a claim whose job is held, removed, deleted, or now names another claim is released
   (ReleaseClaim: the startd preempts the job by its policy, soft kill first);
@@ -103,13 +107,30 @@ def schedd_events(
                     why = f"match refused: this node has no slot {status.slot}"
                     refused.append((name, status.claim_id, why))
                     continue
+                victims = [
+                    s
+                    for s in node.state.slots
+                    if s.name in (status.preempt_slots or ()) and s.claim
+                ]
+                if new and victims:
+                    for victim in victims:  # pslot preemption: make room first
+                        if not _releasing(victim):
+                            events.setdefault(victim.name, []).append(ReleaseClaim())
+                    continue
                 ad = job_ad(
                     job.spec,
                     name,
                     cluster_id=status.cluster_id,
                     deferral_time=status.deferral_time,
                 )
-                sent: list[Event] = [Match(status.claim_id, ad, job_id=name)]
+                sent: list[Event] = [
+                    Match(
+                        status.claim_id,
+                        ad,
+                        job_id=name,
+                        for_user_priority=status.preemption == "UserPriority",
+                    )
+                ]
                 if node.state.slot(status.slot).state is not State.CLAIMED:
                     sent.append(ActivateClaim())  # a preempting claim is activated later
                 events.setdefault(status.slot, []).extend(sent)

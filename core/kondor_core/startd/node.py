@@ -44,6 +44,7 @@ from kondor_core.policy import (
     Transition,
     advertised,
     defaults,
+    retirement_remaining,
     step_machine,
 )
 from kondor_core.policy import Activity as EngineActivity
@@ -380,6 +381,7 @@ def published_ads(
             requirements = shown.pop("Requirements", None)
             attributes.update(shown)
             expressions -= set(shown)
+            attributes.update(_claim_attributes(engine, slot, facts_for(slot), now, context))
             if requirements is False:
                 attributes["Requirements"] = False
                 expressions.discard("Requirements")
@@ -391,6 +393,38 @@ def published_ads(
             attributes.update(usage[ad.name])
             expressions -= set(usage[ad.name])
         out.append(SlotAd(ad.name, attributes, frozenset(expressions)))
+    return out
+
+
+#: The accounting name of a nice-user job (HTCondor's nice-user.<owner>); the negotiator's
+#: accountant keys the job's usage and priority by it.
+NICE_USER_PREFIX = "nice-user."
+#: RetirementTimeRemaining published for a claim whose retirement has no end (an int, as
+#: the startd's).
+_NO_END = 2**31 - 1
+
+
+def _claim_attributes(
+    engine: StartdPolicy,
+    slot: SlotState,
+    facts: Mapping[str, Fact],
+    now: float,
+    context: MachineContext,
+) -> dict[str, Any]:
+    """What the negotiator's preemption rules read of a claimed slot: RetirementTimeRemaining
+    (seconds of retirement the running job has left, "MAXJOBRETIREMENTTIME"), RemoteUser,
+    and the AccountingGroup of a nice-user job."""
+    claim = slot.claim
+    if claim is None:
+        return {}
+    out: dict[str, Any] = {}
+    left = retirement_remaining(engine, slot, facts, now, machine=context)
+    out["RetirementTimeRemaining"] = _NO_END if math.isinf(left) else max(0, math.ceil(left))
+    if claim.owner:
+        out["RemoteUser"] = claim.owner
+    nice = claim.job_ad.get("NiceUser") if claim.job_ad is not None else None
+    if nice is True and claim.owner:
+        out["AccountingGroup"] = f"{NICE_USER_PREFIX}{claim.owner}"
     return out
 
 
