@@ -28,6 +28,7 @@ from __future__ import annotations
 import logging
 import os
 import re
+import ssl
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -201,7 +202,12 @@ class HookCaller:
         if argument:
             headers["Kondor-Hook-Argument"] = argument
             params["argument"] = argument
-        verify: str | bool = ca_file if ca_file else True
+        verify: ssl.SSLContext | bool = True
+        if ca_file:
+            try:
+                verify = ssl.create_default_context(cafile=ca_file)
+            except (OSError, ssl.SSLError) as err:
+                return HookRun(None, None, "", f"{knob}: KONDOR_HOOK_CA_FILE {ca_file}: {err}")
         try:
             with httpx.Client(timeout=timeout, verify=verify) as http:
                 reply = http.post(url, content=stdin.encode(), headers=headers, params=params)

@@ -148,7 +148,8 @@ class Agent:
             self.jobs.start_deferred()  # at their DeferralTime, not at the next tick
         if self.jobs is not None and self.jobs.any_ended():
             self._woken = True  # a job's exit is a state change: act on it now
-        if self._woken or self._next_tick is None or now >= self._next_tick:
+        fetch_due = self._fetch_due is not None and now >= self._fetch_due
+        if self._woken or fetch_due or self._next_tick is None or now >= self._next_tick:
             self._woken = False  # before the tick: a wake during it asks for another one
             self._tick(now)
             self._next_tick = now + self._polling_interval()
