@@ -23,6 +23,7 @@ USERS: dict[str, tuple[str, ...]] = {
     "admin": ("system:masters",),
     "alice": ("kondor:users",),
     "bob": ("kondor:users",),
+    "carol": ("kondor:users",),
 }
 
 #: Identities of the components; RBAC's bootstrap policy knows the first two by these names.

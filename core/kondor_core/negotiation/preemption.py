@@ -120,8 +120,11 @@ def remote_user(ad: Any) -> str | None:
 
 
 def retirement_left(ad: Any) -> float:
-    """RetirementTimeRemaining of the slot ad (seconds; 0 when it does not say)."""
-    return max(0.0, number(ad.get("RetirementTimeRemaining")) or 0.0)
+    """RetirementTimeRemaining of the slot ad at the cycle's time (seconds; 0 when it does not
+    say): the startd publishes it as an expression of MyCurrentTime while the job runs."""
+    if "RetirementTimeRemaining" not in ad:
+        return 0.0
+    return max(0.0, number(ad.eval("RetirementTimeRemaining")) or 0.0)
 
 
 def evaluate(tree: Any, my: Any, target: Any) -> Any:

@@ -381,7 +381,11 @@ def published_ads(
             requirements = shown.pop("Requirements", None)
             attributes.update(shown)
             expressions -= set(shown)
-            attributes.update(_claim_attributes(engine, slot, facts_for(slot), now, context))
+            claimed = _claim_attributes(engine, slot, facts_for(slot), now, context)
+            attributes.update(claimed)
+            expressions -= set(claimed)
+            if isinstance(claimed.get("RetirementTimeRemaining"), str):
+                expressions.add("RetirementTimeRemaining")
             if requirements is False:
                 attributes["Requirements"] = False
                 expressions.discard("Requirements")
@@ -413,13 +417,25 @@ def _claim_attributes(
 ) -> dict[str, Any]:
     """What the negotiator's preemption rules read of a claimed slot: RetirementTimeRemaining
     (seconds of retirement the running job has left, "MAXJOBRETIREMENTTIME"), RemoteUser,
-    and the AccountingGroup of a nice-user job."""
+    and the AccountingGroup of a nice-user job.
+
+    While the job runs, RetirementTimeRemaining is an expression of MyCurrentTime counting
+    down to the retirement's end, so that the negotiator reads it right between two updates
+    of the ad (a suspension, which stops the count, is a state change and updates it)."""
     claim = slot.claim
     if claim is None:
         return {}
     out: dict[str, Any] = {}
     left = retirement_remaining(engine, slot, facts, now, machine=context)
-    out["RetirementTimeRemaining"] = _NO_END if math.isinf(left) else max(0, math.ceil(left))
+    if math.isinf(left):
+        out["RetirementTimeRemaining"] = _NO_END
+    elif left > 0 and claim.active and claim.suspended_since is None:
+        end = math.ceil(now + left)
+        out["RetirementTimeRemaining"] = (
+            f"ifThenElse(MyCurrentTime < {end}, {end} - MyCurrentTime, 0)"
+        )
+    else:
+        out["RetirementTimeRemaining"] = max(0, math.ceil(left))
     if claim.owner:
         out["RemoteUser"] = claim.owner
     nice = claim.job_ad.get("NiceUser") if claim.job_ad is not None else None

@@ -12,7 +12,7 @@ import pytest
 from kondor_core import startd
 from kondor_core.api import ExecutionJobSpec, PoolSpec
 from kondor_core.jobs import job_ad
-from kondor_core.negotiation import IdleJob, negotiate
+from kondor_core.negotiation import IdleJob, negotiate, slot_offer
 from kondor_core.negotiation.autocluster import IndexedMatchmaker
 from kondor_core.negotiation.fairshare import negotiate_fair
 from kondor_core.negotiation.preemption import PreemptionPolicy, remote_user
@@ -62,7 +62,12 @@ def test_claimed_slot_ads_carry_what_the_preemption_rules_read() -> None:
     of = claimed("MAXJOBRETIREMENTTIME = 100", [("bob", 10), ("nice-user.carol", 20)])
     bob, carol = offers(of, now=50)
     assert (bob["RemoteOwner"], bob["RemoteUser"], bob["CurrentRank"]) == ("bob", "bob", 0.0)
-    assert (bob["TotalJobRunTime"], bob["RetirementTimeRemaining"]) == (40, 60)
+    assert (bob["TotalJobRunTime"], bob.eval("RetirementTimeRemaining")) == (40, 60)
+    # Published at 50, read by the negotiator at 80 and at 200: it counts down to 0.
+    published = startd.published_ads(of, {}, 50)[0]
+    for now, left in ((80, 30), (200, 0)):
+        seen = slot_offer(published.attributes, published.expressions, now)
+        assert seen.eval("RetirementTimeRemaining") == left
     assert "AccountingGroup" not in bob
     assert carol["AccountingGroup"] == "nice-user.carol"
     assert remote_user(carol) == "nice-user.carol"

@@ -1,0 +1,169 @@
+"""User-priority preemption on the dev cluster (issue 13): four one-core slots of a node
+whose agent runs real processes, a Pool whose PREEMPTION_REQUIREMENTS is the manual's "20%
+better priority" policy, and alice's priority factor ten times bob's.
+
+carol's nice-user job waits while alice's jobs want the slots, then runs; bob's first job
+preempts it (PREEMPTION_RANK's default takes the worst priority first), his second one of
+alice's jobs; the preempted jobs are Idle again, to run later; with
+NEGOTIATOR_CONSIDER_PREEMPTION false, bob's next job waits."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import sys
+import time
+from collections import Counter
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import yaml
+
+from kondor_core.api import parse_time
+from kondor_devcluster.cluster import ClusterSpec, DevCluster, free_port
+
+from .conftest import skip_reason
+from .test_fair_share import FairCluster, job_statuses, release_together
+from .test_jobs_end_to_end import Cluster, eventually, process_job, slot_policy
+
+pytestmark = pytest.mark.timeout(300)
+
+NODE = "kwok-preempt-0"
+SLOTS = 4
+STATIC = f"SLOT_TYPE_1 = cpus=1\nNUM_SLOTS_TYPE_1 = {SLOTS}\nSLOT_TYPE_1_PARTITIONABLE = FALSE\n"
+#: "When preemption is enabled, a reasonable policy states that the user must have a 20%
+#: better priority in order for preemption to succeed."
+PREEMPTION_REQUIREMENTS = "RemoteUserPrio > SubmitterUserPrio * 1.2"
+LONG = "sleep 600"
+
+
+@pytest.fixture(scope="module")
+def pool(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FairCluster]:
+    reason = skip_reason()
+    if reason:
+        pytest.skip(reason)
+    tmp = tmp_path_factory.mktemp("preempt")
+    machine = tmp / "kwok-preempt.yaml"
+    machine.write_text(
+        yaml.safe_dump(
+            {
+                "name": NODE,
+                "cpus": SLOTS,
+                "memory": "8Gi",
+                "disk": 104857600,
+                "labels": {"kondor.io/pool": "preempt"},
+            }
+        )
+    )
+    spec = ClusterSpec(
+        port=free_port(),
+        kubeconfig=tmp / "kubeconfig",
+        state_dir=tmp / "state",
+        nodes=(machine,),
+        operator=False,
+        agents=True,
+    )
+    dev = DevCluster(spec, log=sys.stderr)
+    dev.start()
+    made = FairCluster(dev, Cluster(spec.kubeconfig), tmp)
+    try:
+        made.kubectl.apply(slot_policy("preempt", {"kondor.io/pool": "preempt"}, STATIC))
+        made.kubectl.apply(
+            {
+                "apiVersion": "kondor.io/v1alpha1",
+                "kind": "Pool",
+                "metadata": {"name": "default"},
+                "spec": {
+                    "negotiatorInterval": 2,
+                    "preemptionRequirements": PREEMPTION_REQUIREMENTS,
+                    "priorityFactors": {"alice": 10000},
+                },
+            }
+        )
+        made.start_operator()
+
+        def unclaimed() -> bool:
+            slots = made.kubectl.get("executionpoints", NODE, None)["status"]["slots"]
+            return len(slots) == SLOTS and all(s["state"] == "Unclaimed" for s in slots)
+
+        eventually(unclaimed, 90, f"{SLOTS} Unclaimed slots on {NODE}")
+        yield made
+    finally:
+        with contextlib.suppress(Exception):
+            made.stop_operator()
+        dev.stop()
+
+
+def running(statuses: dict[str, dict[str, Any]]) -> set[str]:
+    return {name for name, st in statuses.items() if st.get("jobStatus") == "Running"}
+
+
+def started(status: dict[str, Any]) -> float:
+    when = parse_time(status.get("execution", {}).get("startTime") or "")
+    return when.timestamp() if when is not None else 0.0
+
+
+def test_nice_job_runs_last_is_preempted_first_then_alice_s_for_bob(pool: FairCluster) -> None:
+    quick = [process_job(f"quick-{i}", "sleep 4", hold=True, priority=5) for i in range(2)]
+    long = [process_job(f"long-{i}", LONG, hold=True) for i in range(3)]
+    pool.kubectl.apply({"apiVersion": "v1", "kind": "List", "items": quick + long}, user="alice")
+    nice = process_job("nice", LONG, hold=True, attributes={"NiceUser": "true"})
+    pool.kubectl.apply(nice, user="carol")
+    release_together(pool, [job["metadata"]["name"] for job in quick + long] + ["nice"])
+
+    # alice's jobs first, JobPrio 5 before 0; carol's nice-user job waits while any wants a slot.
+    first = eventually(
+        lambda: (s := job_statuses(pool)) and len(running(s)) == SLOTS and s, 60, "4 running"
+    )
+    assert running(first) == {"quick-0", "quick-1", "long-0", "long-1"}
+    assert first["nice"]["jobStatus"] == "Idle"
+    settled = eventually(
+        lambda: (
+            (s := job_statuses(pool)) and running(s) == {"long-0", "long-1", "long-2", "nice"} and s
+        ),
+        60,
+        "alice's three long jobs and carol's nice-user job running",
+    )
+    assert started(settled["nice"]) >= max(started(settled[f"long-{i}"]) for i in range(3))
+
+    # bob's priority is ten times better than alice's, and better still than carol's
+    # nice-user one: his job preempts the nice-user job first (PREEMPTION_RANK).
+    pool.kubectl.apply(process_job("bob-0", LONG), user="bob")
+    after = eventually(
+        lambda: (s := job_statuses(pool)) and "bob-0" in running(s) and s, 60, "bob-0 running"
+    )
+    assert after["bob-0"]["preemption"] == "UserPriority"
+    nice_now = eventually(
+        lambda: (st := job_statuses(pool)["nice"]).get("jobStatus") == "Idle" and st,
+        30,
+        "the nice-user job vacated",
+    )
+    assert nice_now["numJobStarts"] == 1 and nice_now.get("lastVacateTime")
+    after = job_statuses(pool)
+    assert running(after) == {"long-0", "long-1", "long-2", "bob-0"}
+    assert all(after[f"long-{i}"]["numJobStarts"] == 1 for i in range(3))
+
+    # bob's second job preempts one of alice's: her priority is the worse of those running.
+    pool.kubectl.apply(process_job("bob-1", LONG), user="bob")
+    second = eventually(
+        lambda: (
+            (s := job_statuses(pool)) and "bob-1" in running(s) and len(running(s)) == SLOTS and s
+        ),
+        60,
+        "bob-1 running",
+    )
+    owners = Counter(name.split("-")[0] for name in running(second))
+    assert owners == {"long": 2, "bob": 2}
+    vacated = [f"long-{i}" for i in range(3) if second[f"long-{i}"]["jobStatus"] == "Idle"]
+    assert len(vacated) == 1 and second[vacated[0]]["numJobStarts"] == 1
+    assert second["nice"]["jobStatus"] == "Idle"  # carol waits for what nobody wants
+
+    # NEGOTIATOR_CONSIDER_PREEMPTION false: bob's next job waits; nothing is preempted.
+    patch = json.dumps({"spec": {"negotiatorConsiderPreemption": False}})
+    pool.kubectl.kubectl("patch", "pools", "default", "--type", "merge", "-p", patch)
+    pool.kubectl.apply(process_job("bob-2", LONG), user="bob")
+    time.sleep(8)
+    last = job_statuses(pool)
+    assert running(last) == running(second)
+    assert last["bob-2"]["jobStatus"] == "Idle" and not last["bob-2"].get("claimId")
