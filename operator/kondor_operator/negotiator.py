@@ -353,13 +353,15 @@ class Negotiator:
                 done.written += 1
                 if change.execution_point is not None:
                     done.matched += 1
+                    preempting = change.status.preemption
                     logger.info(
-                        "matched %s/%s to %s on %s (claim %s)",
+                        "matched %s/%s to %s on %s (claim %s%s)",
                         change.namespace,
                         change.name,
                         change.status.slot,
                         change.execution_point,
                         change.status.claim_id,
+                        f", preempting for {preempting}" if preempting else "",
                     )
         duration = time.perf_counter() - started
         stats = plan.stats.model_copy(update={"duration_seconds": round(duration, 4)})

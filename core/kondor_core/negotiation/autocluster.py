@@ -17,10 +17,15 @@ slot (DESIGN.md, "Scale"; the condor_negotiator's autoclusters and its slot cach
   as HTCondor does: nothing a cycle does gives slots back.
 
 It is `negotiator.Matchmaker`'s drop-in (same `match`), and decides as it does: the best
-slot by job Rank, an idle slot before a preempted claim, slot RANK, then slot order. One
-approximation: a partitionable slot that has already given part of itself this cycle is
-re-checked alone (Requirements, START and resources) when picked, but keeps the place its
-class's RANK gave it at the start of the cycle.
+slot by job Rank, an idle slot before a claim preempted for RANK before one preempted for
+user priority, PREEMPTION_RANK, slot RANK, then slot order. What the preemption rules read
+of a claimed slot (its remote user and their priority, RetirementTimeRemaining, what
+PREEMPTION_REQUIREMENTS and PREEMPTION_RANK refer to) makes its class, and the submitter is
+part of an autocluster while preemption is considered. One approximation: a partitionable
+slot that has already given part of itself this cycle is re-checked alone (Requirements,
+START and resources) when picked, but keeps the place its class's RANK gave it at the start
+of the cycle. With ALLOW_PSLOT_PREEMPTION and claimed dynamic slots offered, the plain
+matchmaker decides (it looks at a partitionable slot with its dynamic slots together).
 """
 
 from __future__ import annotations

@@ -256,3 +256,26 @@ def test_fair_share_preempts_for_priority_only_within_a_submitter_s_slice() -> N
         preemption=PreemptionPolicy.of(PoolSpec(preemption_requirements="True")),
     )
     assert even.matches == ()
+
+
+def test_the_pool_s_negotiator_defaults_are_htcondor_s() -> None:
+    htcondor2 = pytest.importorskip("htcondor2")
+    param = htcondor2.param
+    spec = PoolSpec()
+
+    def same(text: str) -> str:
+        return "".join(text.split()).lower()  # ClassAd names are case-insensitive
+
+    assert same(spec.preemption_requirements) == same(param["PREEMPTION_REQUIREMENTS"])
+    assert same(spec.preemption_rank) == same(param["PREEMPTION_RANK"])
+
+    def flag(value: Any) -> bool:
+        return value if isinstance(value, bool) else str(value).lower() == "true"
+
+    assert spec.negotiator_consider_preemption is flag(param["NEGOTIATOR_CONSIDER_PREEMPTION"])
+    early = flag(param["NEGOTIATOR_CONSIDER_EARLY_PREEMPTION"])
+    assert spec.negotiator_consider_early_preemption is early
+    assert spec.allow_pslot_preemption is False  # not in the param table; the manual's default
+    assert spec.default_prio_factor == float(param["DEFAULT_PRIO_FACTOR"])
+    assert spec.nice_user_prio_factor == float(param["NICE_USER_PRIO_FACTOR"])
+    assert spec.priority_halflife == float(param["PRIORITY_HALFLIFE"])
