@@ -61,6 +61,9 @@ def operator_env(layout: Layout, metrics_port: int, webhook_port: int) -> dict[s
         "KONDOR_METRICS_PORT": str(metrics_port),
         "KONDOR_METRICS_ADDR": "127.0.0.1",
         "KONDOR_WEBHOOK_PORT": str(webhook_port),
+        # SlotPolicy admission checks hook programs here, symlinks resolved (the agents run
+        # them from their own <state>/agents/<node>/hooks).
+        "KONDOR_HOOKS_DIR": str(layout.state_dir / "hooks"),
     }
 
 

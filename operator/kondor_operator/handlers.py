@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import threading
 from typing import Any
 
@@ -34,7 +35,7 @@ from kondor_operator.reconciler import (
     execution_point_entry,
     slot_policy_entry,
 )
-from kondor_operator.webhook import register_job_admission
+from kondor_operator.webhook import hook_checks, register_job_admission
 
 logger = logging.getLogger(__name__)
 
@@ -136,7 +137,7 @@ def register(
             registry=registry,
         )
         def validate_slot_policy(name: str | None, spec: kopf.Spec, **_: Any) -> None:
-            checked = check_policy(dict(spec))
+            checked = check_policy(dict(spec), **hook_checks(os.environ))
             if not checked.valid:
                 raise kopf.AdmissionError(admission_message(name or "", checked), code=422)
 

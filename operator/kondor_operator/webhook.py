@@ -28,7 +28,7 @@ import json
 import os
 import re
 import tempfile
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -271,6 +271,17 @@ def register_job_admission(
                 "(the mutating webhook that sets it did not run; try again)",
                 code=403,
             )
+
+
+def hook_checks(environ: Mapping[str, str]) -> dict[str, Any]:
+    """How SlotPolicy admission checks hook programs: against KONDOR_HOOKS_DIR, the agents'
+    hooks directory as the operator sees it (the same volume mounted), with symlinks resolved
+    there, so that one leading out of it is refused at `kubectl apply`; without it, lexically
+    against the default /etc/kondor/hooks (the agents check symlinks again)."""
+    hooks_dir = environ.get("KONDOR_HOOKS_DIR", "").strip()
+    if not hooks_dir:
+        return {}
+    return {"hooks_dir": hooks_dir, "resolve": os.path.realpath}
 
 
 def operator_user(connection: kopf.ConnectionInfo | None) -> str | None:

@@ -147,7 +147,9 @@ class ExecSource:
 class FetchCluster:
     cluster: Cluster
     sources: dict[str, WorkSource]
-    hooks: dict[str, Path]
+    #: The cluster's state directory: the operator checks hooks in its hooks/ (the dev
+    #: cluster's KONDOR_HOOKS_DIR).
+    state: Path
 
 
 def machine(tmp: Path, name: str, pool: str) -> Path:
@@ -189,9 +191,7 @@ def fetching(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FetchCluster]
     try:
         with job_cluster(tmp, machines, policies) as made:
             yield FetchCluster(
-                made,
-                {HTTP_NODE: source, EXEC_NODE: ExecSource(hooks)},
-                {EXEC_NODE: hooks, HTTP_NODE: tmp / "state" / "agents" / HTTP_NODE / "hooks"},
+                made, {HTTP_NODE: source, EXEC_NODE: ExecSource(hooks)}, tmp / "state"
             )
     finally:
         server.shutdown()
@@ -276,6 +276,7 @@ def test_fetched_work_runs_and_a_better_ranked_job_preempts(
 
 BAD_HOOKS = [
     ("outside", "BAD_HOOK_FETCH_WORK = /usr/local/bin/fetch", "BAD_HOOK_FETCH_WORK"),
+    ("symlink", "BAD_HOOK_EVICT_CLAIM = escape.sh", "BAD_HOOK_EVICT_CLAIM"),
     ("url", "BAD_HOOK_REPLY_FETCH = ftp://work.example/reply", "BAD_HOOK_REPLY_FETCH"),
 ]
 
@@ -284,8 +285,17 @@ BAD_HOOKS = [
 def test_a_bad_hook_is_refused_at_apply_naming_the_knob(
     fetching: FetchCluster, case: str, line: str, knob: str
 ) -> None:
+    if case == "symlink":  # a name inside the hooks directory, a file outside it
+        hooks, outside = fetching.state / "hooks", fetching.state / "outside"
+        hooks.mkdir(exist_ok=True)
+        outside.mkdir(exist_ok=True)
+        (outside / "evict.sh").write_text("#!/bin/sh\n")
+        (hooks / "escape.sh").unlink(missing_ok=True)
+        (hooks / "escape.sh").symlink_to(outside / "evict.sh")
     policy = slot_policy(f"bad-{case}", {"kondor.io/pool": "none"}, f"{line}\n")
     with pytest.raises(AssertionError) as refused:
         fetching.cluster.apply(policy)
     assert knob in str(refused.value)
     assert "denied the request" in str(refused.value)
+    if case == "symlink":
+        assert "a symlink leads out of it" in str(refused.value)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -43,14 +43,20 @@ class CheckedPolicy:
         return self.spec is not None and not self.problems
 
 
-def check_policy(spec: Mapping[str, Any], *, hooks_dir: str = DEFAULT_HOOKS_DIR) -> CheckedPolicy:
+def check_policy(
+    spec: Mapping[str, Any],
+    *,
+    hooks_dir: str = DEFAULT_HOOKS_DIR,
+    resolve: Callable[[str], str] | None = None,
+) -> CheckedPolicy:
     """Validate the spec against the model, then compile it; every problem names its field.
 
     Expression problems quote classad2's parser (`spec.start: 'X >' is not a valid
     ClassAd expression (classad2: ...)`), snippet problems name the condorConfig line.
     A startd cron executable or job hook (`<Keyword>_HOOK_PREPARE_JOB`, ...) outside
     `hooks_dir` (the agents' `--hooks-dir`) is refused: agents run hooks from that directory
-    only (they check again with symlinks resolved).
+    only (they check again with symlinks resolved). `resolve` (the caller's `realpath`, where
+    it sees the hooks directory) resolves symlinks, so one that leads out is refused too.
     """
     try:
         # The webhook's bound on the object as the API server parsed it (its nesting and size).
@@ -67,9 +73,21 @@ def check_policy(spec: Mapping[str, Any], *, hooks_dir: str = DEFAULT_HOOKS_DIR)
     except PolicyError as error:
         return CheckedPolicy(problems=(*problems, *map(_in_spec, error.problems)))
     problems.extend(f"spec: {problem}" for problem in policy_problems(compiled))
+
+    def inside(path: str, program: str, field: str) -> None:
+        if resolve is None:
+            return
+        root, real = resolve(hooks_dir), resolve(path)
+        if real != root and not real.startswith(root.rstrip("/") + "/"):
+            raise HookPathError(
+                f"{field}: {program!r} resolves to {real}, outside the hooks directory {root} "
+                "(a symlink leads out of it)"
+            )
+
     for job in compiled.cron_jobs:
         try:
-            hook_path(job.executable, hooks_dir, field=_in_spec(job.source))
+            field = _in_spec(job.source)
+            inside(hook_path(job.executable, hooks_dir, field=field), job.executable, field)
         except HookPathError as error:
             problems.append(str(error))
     for knob, program in hook_programs(compiled.macros).items():
@@ -80,12 +98,16 @@ def check_policy(spec: Mapping[str, Any], *, hooks_dir: str = DEFAULT_HOOKS_DIR)
                     "REPLY_FETCH and EVICT_CLAIM may be http(s) URLs, the starter's hooks "
                     "are programs in the hooks directory"
                 )
-            hook_path(program, hooks_dir, field=f"spec.condorConfig: {knob} = {program}")
+            field = f"spec.condorConfig: {knob} = {program}"
+            inside(hook_path(program, hooks_dir, field=field), program, field)
         except HookPathError as error:
             problems.append(str(error))
     for knob, program in startd_hook_programs(compiled.macros).items():
         try:
-            check_hook_target(program, hooks_dir, field=f"spec.condorConfig: {knob} = {program}")
+            field = f"spec.condorConfig: {knob} = {program}"
+            target = check_hook_target(program, hooks_dir, field=field)
+            if not is_url(program):
+                inside(target, program, field)
         except HookPathError as error:
             problems.append(str(error))
     try:

@@ -429,3 +429,34 @@ def test_evicting_fetched_work_calls_evict_claim_and_removes_the_job(hooks: Path
     time.sleep(0.2)
     assert not (hooks / "evict.in").exists() and len(recorder.removed) == 1
     fetch.stop()
+
+
+EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "hooks"
+
+
+def test_the_example_spool_hooks_hand_out_take_and_give_back_work(tmp_path: Path) -> None:
+    spool = tmp_path / "spool"
+    spool.mkdir()
+    (spool / "7.ad").write_text((EXAMPLE / "fetch-work" / "example-job.ad").read_text())
+    caller = HookCaller(EXAMPLE, environment={"KONDOR_WORK_SPOOL": str(spool), "PATH": "/bin"})
+
+    def call(hook: str, stdin: str, argument: str | None = None) -> str:
+        program = {"FETCH_WORK": "fetch_work", "REPLY_FETCH": "reply_fetch"}
+        program["EVICT_CLAIM"] = "evict_claim"
+        run = caller.call(
+            f"fetch-work/{program[hook]}", stdin, knob=f"SPOOL_HOOK_{hook}", hook=hook,
+            timeout=5, argument=argument,
+        )  # fmt: skip
+        assert run.failure is None and run.exit_code == 0, run
+        return run.stdout
+
+    fetched = call("FETCH_WORK", 'Machine = "node-a"\n')
+    assert parse_ad(fetched, field="job")["WorkId"] == 7
+    both = f'{fetched}-----\nMachine = "node-a"\n'
+    call("REPLY_FETCH", both, "reject")
+    assert (spool / "7.ad").exists()
+    call("REPLY_FETCH", both, "accept")
+    assert not (spool / "7.ad").exists() and (spool / "taken" / "7.ad").exists()
+    assert call("FETCH_WORK", "") == ""  # no more work
+    call("EVICT_CLAIM", both)
+    assert (spool / "7.ad").exists()

@@ -4,9 +4,12 @@ ExecutionJob it becomes, and which hook targets admission refuses."""
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from kondor_core.api import ExecutionJob
 from kondor_core.classads import parse_ad
@@ -25,6 +28,7 @@ from kondor_core.jobs.fetchwork import (
     reply_input,
 )
 from kondor_core.jobs.hooks import hook_timeout, job_hook_keyword
+from kondor_operator.webhook import hook_checks
 
 #: The manual's example: most slots use DATABASE, slot 4 uses WEB.
 MANUAL = {
@@ -277,5 +281,40 @@ def test_a_slot_policy_with_fetch_hooks_is_valid_without_warnings() -> None:
         "KONDOR_FETCH_WORK_NAMESPACE = work\nKONDOR_HOOK_CA_FILE = /etc/kondor/ca.pem\n"
     )
     checked = check_policy({"nodeSelector": {}, "condorConfig": config})
+    assert checked.valid, checked.problems
+    assert checked.warnings == ()
+
+
+def test_with_the_hooks_directory_at_hand_a_symlink_out_of_it_is_refused(tmp_path: Path) -> None:
+    hooks, outside = tmp_path / "hooks", tmp_path / "outside"
+    hooks.mkdir()
+    outside.mkdir()
+    (outside / "fetch.sh").write_text("#!/bin/sh\n")
+    (hooks / "escape.sh").symlink_to(outside / "fetch.sh")
+    (hooks / "fetch.sh").write_text("#!/bin/sh\n")
+    (hooks / "inner.sh").symlink_to(hooks / "fetch.sh")  # a link that stays inside is fine
+    checks = hook_checks({"KONDOR_HOOKS_DIR": str(hooks)})
+    assert checks == {"hooks_dir": str(hooks), "resolve": os.path.realpath}
+    config = (
+        "W_HOOK_FETCH_WORK = inner.sh\nW_HOOK_EVICT_CLAIM = escape.sh\n"
+        "W_HOOK_JOB_EXIT = escape.sh\nW_HOOK_REPLY_FETCH = not-there-yet.sh\n"
+    )
+    checked = check_policy({"nodeSelector": {}, "condorConfig": config}, **checks)
+    assert sorted(checked.problems) == [
+        f"spec.condorConfig: W_HOOK_EVICT_CLAIM = escape.sh: 'escape.sh' resolves to "
+        f"{outside / 'fetch.sh'}, outside the hooks directory {hooks} (a symlink leads out of it)",
+        f"spec.condorConfig: W_HOOK_JOB_EXIT = escape.sh: 'escape.sh' resolves to "
+        f"{outside / 'fetch.sh'}, outside the hooks directory {hooks} (a symlink leads out of it)",
+    ]
+    # Without the directory at hand (no KONDOR_HOOKS_DIR) the check is lexical: the agent
+    # refuses the symlink when it runs the hook.
+    assert hook_checks({}) == {}
+    assert check_policy({"nodeSelector": {}, "condorConfig": config}).valid
+
+
+def test_the_example_fetch_work_policy_is_valid() -> None:
+    path = Path(__file__).resolve().parents[3] / "examples" / "hooks" / "fetch-work.yaml"
+    manifest = yaml.safe_load(path.read_text())
+    checked = check_policy(manifest["spec"])
     assert checked.valid, checked.problems
     assert checked.warnings == ()
