@@ -35,13 +35,20 @@ from kondor_core.api import (
 )
 from kondor_core.api.base import Condition
 from kondor_core.api.conditions import set_condition
-from kondor_core.api.executionpoint import DrainStatus, ExecutionPointSpec, ExecutionPointStatus
+from kondor_core.api.executionpoint import (
+    DrainStatus,
+    ExecutionPointSpec,
+    ExecutionPointStatus,
+    PowerStatus,
+)
 from kondor_core.api.meta import format_time
 from kondor_core.config import PolicyError, compile_policy
 from kondor_core.policy import Action, ActionKind, BenchmarksDone, EngineError, Event
 from kondor_core.policy import Activity as EngineActivity
 from kondor_core.slots import LayoutError
 from kondor_core.startd.drain import drain_status, drain_step, resumed
+from kondor_core.startd.power import PowerConfigError, check_interval, power_status
+from kondor_core.startd.power import evaluate as evaluate_hibernate
 
 if TYPE_CHECKING:  # httpx is imported only where work is fetched
     from kondor_agent.fetchwork import FetchWork
@@ -134,6 +141,9 @@ class Agent:
         #: The drain request (its requestedAt) the startd was given, and how it goes.
         self._drain_applied: str | None = None
         self._drain: DrainStatus | None = None
+        #: Power management: the slots' last HIBERNATE agreement and when it was checked.
+        self._power: PowerStatus | None = None
+        self._power_checked: float | None = None
 
     @property
     def name(self) -> str:
@@ -253,6 +263,7 @@ class Agent:
         if self.jobs is not None:
             self.jobs.delivered()
         self.startd = result.startd
+        self._check_power(live, now)
         for transition in result.transitions:
             log.info(
                 "%s: %s/%s -> %s/%s (%s)",
@@ -289,6 +300,26 @@ class Agent:
         ):
             # `- update:true` (or STARTD_CRON_AUTOPUBLISH): write now, not at the heartbeat.
             self.coalescer.changed_since = now
+
+    def _check_power(self, live: Mapping[str, Any], now: float) -> None:
+        """HIBERNATE in every slot, each HIBERNATE_CHECK_INTERVAL seconds (power management
+        is off, and `status.power` absent, when the policy does not set it)."""
+        assert self.startd is not None
+        try:
+            interval = check_interval(self.startd.policy.macros)
+        except PowerConfigError as err:
+            self._condition(now, "False", "PolicyInvalid", str(err))
+            interval = 0.0
+        if interval <= 0:
+            self._power = self._power_checked = None
+            return
+        if self._power_checked is not None and now - self._power_checked < interval:
+            return
+        self._power_checked = now
+        agreement = evaluate_hibernate(self.startd, live, now)
+        if self._power is None or agreement.state != self._power.sleep_state:
+            log.info("power: sleep state %s (%s)", agreement.state, agreement.why or "all agree")
+        self._power = power_status(agreement, self._power, now)
 
     def _gather_hooks(self, now: float) -> dict[str, list[Event]]:
         """Merge the cron jobs' latest ads and finished benchmarks into the startd; the
@@ -340,6 +371,7 @@ class Agent:
             return
         self.conditions = list(self._published.conditions)
         self._drain = self._published.drain
+        self._power = self._published.power
         if self._published.slots:
             log.info("restarting from %d published slots", len(self._published.slots))
 
@@ -450,6 +482,8 @@ class Agent:
         self._observe_status(now, status)
 
     def _observe_status(self, now: float, status: ExecutionPointStatus) -> None:
+        if self.startd is not None and self._power is not None:
+            status = status.model_copy(update={"power": self._power})
         document = status.dump()
         document.pop("operator", None)  # the operator's subtree: never written here
         self.coalescer.update_interval = self._update_interval()

@@ -19,7 +19,8 @@ What it does (DESIGN.md, "Node to ExecutionPoint"):
 * runs as one active replica under a Lease (`kondor_operator.leader`) and
   exports Prometheus metrics (`kondor_operator.metrics`).
 
-Permissions it needs (for the chart's ClusterRole): nodes get/list/watch;
+Permissions it needs (for the chart's ClusterRole): nodes get/list/watch/patch (patch:
+the cluster autoscaler's scale-down annotations, `kondor_operator.power`);
 executionpoints get/list/watch/create/patch/delete and executionpoints/status
 patch; slotpolicies get/list/watch and slotpolicies/status patch; events create
 in `default`; leases get/create/patch in its namespace; when kopf manages the

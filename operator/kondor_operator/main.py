@@ -39,7 +39,7 @@ from pathlib import Path
 import kopf
 from kubernetes import client
 
-from kondor_operator import defrag, handlers, negotiator
+from kondor_operator import defrag, handlers, negotiator, power
 from kondor_operator.kube import (
     Kube,
     Pacer,
@@ -312,6 +312,8 @@ async def run(options: Options) -> int:
     negotiator.register(registry, schedd)
     defragger = defrag.Defrag(schedd, Kube(api_client, instance=options.identity, pacer=pacer))
     defrag.register(registry, defragger)
+    marker = power.NodeMarker(power.KubeNodes(api_client))
+    power.register(registry, marker)
 
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -322,6 +324,7 @@ async def run(options: Options) -> int:
         metrics.set_leader(leading)
         schedd.set_leading(leading)  # no job write once the Lease is lost
         defragger.set_leading(leading)
+        marker.set_leading(leading)
 
     elector = None
     if options.leader_election:

@@ -63,6 +63,21 @@ class DrainStatus(Model):
     since: str = Field(description="When it entered this state (RFC 3339)")
 
 
+class PowerStatus(Model):
+    """Power management ("Power Management"): HIBERNATE as the node's slots last answered it,
+    every HIBERNATE_CHECK_INTERVAL seconds. Kondor does not suspend the node: once every slot
+    agrees, the operator marks the Node for the cluster autoscaler's scale-down."""
+
+    sleep_state: str | None = Field(
+        default=None,
+        description="The low power state every slot agrees on (the deepest asked for), or "
+        "none while some slot says NONE",
+    )
+    slots: dict[str, str] = Field(default_factory=dict, description="Each slot's HIBERNATE")
+    reason: str = Field(default="", description="Which slot vetoes, and why")
+    since: str = Field(description="When sleepState last changed (RFC 3339)")
+
+
 class SlotStatus(Model):
     """One slot as the agent reports it; `ad` holds the whole slot ad (`kondor simulate`'s form)."""
 
@@ -141,3 +156,7 @@ class ExecutionPointStatus(Model):
         default_factory=OperatorStatus, description="Written by the operator, never the agent"
     )
     drain: DrainStatus | None = Field(default=None, description="The drain asked in spec.drain")
+    power: PowerStatus | None = Field(
+        default=None,
+        description="Power management (HIBERNATE), when the policy sets HIBERNATE_CHECK_INTERVAL",
+    )

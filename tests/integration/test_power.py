@@ -1,0 +1,95 @@
+"""Power management on the dev cluster: with HIBERNATE "RAM" in every Unclaimed slot and
+HIBERNATE_CHECK_INTERVAL 1 s, each idle node's ExecutionPoint shows the sleep state and its
+Node gets the cluster autoscaler's scale-down mark; a job only one node can run claims a slot
+there, the slot vetoes, and that node (only) loses the mark."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import yaml
+
+from .conftest import skip_reason
+from .test_jobs_end_to_end import Cluster, eventually, job_cluster, process_job, slot_policy
+
+NODES = ("power-a", "power-b")
+SLEEP = "kondor.io/sleep-state"
+SCALE_DOWN_DISABLED = "cluster-autoscaler.kubernetes.io/scale-down-disabled"
+pytestmark = pytest.mark.timeout(180)
+
+POLICY = """POLLING_INTERVAL = 1
+HIBERNATE_CHECK_INTERVAL = 1
+HIBERNATE = ifThenElse(State == "Unclaimed", "RAM", "NONE")
+"""
+
+
+def machine_files(tmp: Path) -> list[Path]:
+    paths = []
+    for name in NODES:
+        path = tmp / f"{name}.yaml"
+        path.write_text(
+            yaml.safe_dump(
+                {
+                    "name": name,
+                    "cpus": 2,
+                    "memory": "4Gi",
+                    "disk": 104857600,
+                    "labels": {"kondor.io/pool": "cpu"},
+                }
+            )
+        )
+        paths.append(path)
+    return paths
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    reason = skip_reason()
+    if reason:
+        pytest.skip(reason)
+    tmp = tmp_path_factory.mktemp("power")
+    policy = slot_policy("power", {"kondor.io/pool": "cpu"}, POLICY)
+    with job_cluster(tmp, machine_files(tmp), [policy]) as made:
+        yield made
+
+
+def annotations_of(cluster: Cluster, node: str) -> dict[str, str]:
+    found: dict[str, str] = cluster.get("nodes", node, None)["metadata"].get("annotations") or {}
+    return found
+
+
+def marked(cluster: Cluster, node: str) -> bool:
+    found = annotations_of(cluster, node)
+    return found.get(SLEEP) == "RAM" and found.get(SCALE_DOWN_DISABLED) == "false"
+
+
+def test_idle_nodes_are_marked_and_a_job_only_one_can_run_unmarks_it(cluster: Cluster) -> None:
+    eventually(
+        lambda: all(marked(cluster, node) for node in NODES), 30, "every node marked for scale-down"
+    )
+    for node in NODES:
+        power = cluster.get("executionpoints", node, None)["status"]["power"]
+        assert power["sleepState"] == "RAM"
+        assert set(power["slots"].values()) == {"RAM"}
+
+    cluster.apply(
+        process_job("wake", "sleep 30", requirements='Machine == "power-a"'), user="alice"
+    )
+    eventually(
+        lambda: cluster.job("wake")["status"].get("jobStatus") == "Running", 30, "wake Running"
+    )
+
+    def unmarked() -> bool:
+        found = annotations_of(cluster, "power-a")
+        return SLEEP not in found and found.get(SCALE_DOWN_DISABLED) == "true"
+
+    eventually(unmarked, 15, "power-a unmarked (scale-down disabled again)")
+    power = cluster.get("executionpoints", "power-a", None)["status"]["power"]
+    assert "sleepState" not in power
+    assert "NONE" in power["slots"].values() and power["reason"]
+    assert marked(cluster, "power-b")  # the other node stays marked
+
+    cluster.kubectl("delete", "executionjob", "wake", "-n", "default")
+    eventually(lambda: marked(cluster, "power-a"), 30, "power-a marked again once idle")
