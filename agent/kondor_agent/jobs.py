@@ -198,6 +198,8 @@ class _Running:
     killed: bool = False
     #: The startd suspended it (SUSPEND) and has not continued it yet.
     suspended: bool = False
+    #: A COD application on its slot suspends it (kondor_agent.cod).
+    cod_suspended: bool = False
     #: When its usage was last written (the clock's time).
     measured: float = 0.0
     #: Its CPU seconds (user + system) at the last slot-ad sample, and when: CondorLoadAvg.
@@ -264,7 +266,8 @@ class JobRunner:
         for name, run in list(self.running.items()):
             outcome = self.launcher.poll(run.handle)
             if outcome is None:
-                if run.suspended and not self.launcher.is_suspended(run.handle):
+                frozen = run.suspended or run.cod_suspended
+                if frozen and not self.launcher.is_suspended(run.handle):
                     # Runtimes freeze and thaw cgroups for their own updates: freeze it again.
                     log.warning("%s was thawed behind the startd's back; freezing it again", name)
                     self.launcher.suspend(run.handle)
@@ -381,9 +384,10 @@ class JobRunner:
                 run.suspended = True
                 self._write_running(run, "Suspended")
             elif action.kind is ActionKind.CONTINUE_JOB and run is not None:
-                self.launcher.resume(run.handle)
                 run.suspended = False
-                self._write_running(run, "Running")
+                if not run.cod_suspended:  # else it stays frozen while the COD job runs
+                    self.launcher.resume(run.handle)
+                    self._write_running(run, "Running")
             elif action.kind is ActionKind.RELEASE_CLAIM:
                 pass  # the operator follows the job's status
             elif action.kind in (ActionKind.SOFT_KILL, ActionKind.HARD_KILL) and run is None:
@@ -391,6 +395,25 @@ class JobRunner:
             else:
                 left.append(action)
         return left
+
+    def suspend_for_cod(self, slots: set[str]) -> None:
+        """Suspend the batch jobs of `slots`, where a COD application runs, and resume the
+        others a COD application suspended (the reference's COD: "any batch HTCondor job on
+        the same resource will be suspended" while the claim is Running; "The batch HTCondor
+        job then resumes"). A job the startd suspended itself (SUSPEND) stays frozen."""
+        for run in self.running.values():
+            wanted = run.slot in slots
+            if wanted == run.cod_suspended or run.killed:
+                continue
+            run.cod_suspended = wanted
+            if run.suspended:
+                continue
+            if wanted:
+                self.launcher.suspend(run.handle)
+                self._write_running(run, "Suspended")
+            else:
+                self.launcher.resume(run.handle)
+                self._write_running(run, "Running")
 
     def _explain_kill(self, name: str, run: _Running) -> None:
         """Why the job is being killed, for its JOB_EXIT hook: removed (condor_rm, or gone),
@@ -612,7 +635,8 @@ class JobRunner:
             return
         usage = self.launcher.usage(run.handle)
         if usage is not None:
-            self._write_running(run, "Suspended" if run.suspended else "Running", usage)
+            frozen = run.suspended or run.cod_suspended
+            self._write_running(run, "Suspended" if frozen else "Running", usage)
 
     def _report_end(self, run: _Running, outcome: Outcome) -> None:
         state: ExecutionState

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import ValidationError
 
 from kondor_agent.benchmarks import BenchmarkRunner
+from kondor_agent.cod import CodRunner
 from kondor_agent.cron import CronRunner
 from kondor_agent.jobs import SLOT_USAGE_ATTRIBUTES, JobRunner
 from kondor_agent.kube import ExecutionPointAPI, NotFoundError, WriteError
@@ -99,9 +100,12 @@ class Agent:
         cron: CronRunner | None = None,
         benchmarks: BenchmarkRunner | None = None,
         jobs: JobRunner | None = None,
+        cod: CodRunner | None = None,
         fetch: FetchWork | None = None,
     ) -> None:
         self.config = config
+        #: The node's COD claims and their applications; None: no COD (tests, --oneshot).
+        self.cod = cod
         #: Runs the slots' fetch-work hooks; None: no work is fetched.
         self.fetch = fetch
         #: When the next fetch is due (a slot's FetchWorkDelay after its last one).
@@ -158,6 +162,8 @@ class Agent:
             self.jobs.start_deferred()  # at their DeferralTime, not at the next tick
         if self.jobs is not None and self.jobs.any_ended():
             self._woken = True  # a job's exit is a state change: act on it now
+        if self.cod is not None and self.cod.any_ended():
+            self._woken = True  # a COD application's exit too
         fetch_due = self._fetch_due is not None and now >= self._fetch_due
         if self._woken or fetch_due or self._next_tick is None or now >= self._next_tick:
             self._woken = False  # before the tick: a wake during it asks for another one
@@ -166,7 +172,9 @@ class Agent:
         if self.coalescer.due(now):
             self._write(now)
         wake = self._next_tick
-        if self.jobs is not None and self.jobs.running:
+        if (self.jobs is not None and self.jobs.running) or (
+            self.cod is not None and self.cod.busy
+        ):
             wake = min(wake, now + JOB_WATCH_INTERVAL)
         deferred = self.jobs.next_deferred() if self.jobs is not None else None
         if deferred is not None:
@@ -289,6 +297,8 @@ class Agent:
                 now, "True", "SlotsPublished", f"slots carved with SlotPolicy {spec.policy.name}"
             )
         usage = self.jobs.slot_usage(now) if self.jobs is not None else None
+        if self.cod is not None:
+            usage = self._cod_tick(now, usage)
         status = startd.status(self.startd, live, now, conditions=self.conditions, usage=usage)
         status = status.model_copy(update={"drain": self._drain})
         self.metrics.set_slots((slot.state, slot.activity) for slot in status.slots)
@@ -300,6 +310,20 @@ class Agent:
         ):
             # `- update:true` (or STARTD_CRON_AUTOPUBLISH): write now, not at the heartbeat.
             self.coalescer.changed_since = now
+
+    def _cod_tick(
+        self, now: float, usage: dict[str, dict[str, Any]] | None
+    ) -> dict[str, dict[str, Any]]:
+        """Step the COD claims, suspend or resume the batch jobs under them, and add what
+        the slot ads show of them to the slots' attributes."""
+        assert self.cod is not None and self.startd is not None
+        self.cod.tick(self.startd, now)
+        if self.jobs is not None:
+            self.jobs.suspend_for_cod(self.cod.suspended_slots())
+        merged = {slot: dict(attributes) for slot, attributes in (usage or {}).items()}
+        for slot, attributes in self.cod.slot_attributes().items():
+            merged.setdefault(slot, {}).update(attributes)
+        return merged
 
     def _check_power(self, live: Mapping[str, Any], now: float) -> None:
         """HIBERNATE in every slot, each HIBERNATE_CHECK_INTERVAL seconds (power management

@@ -238,6 +238,7 @@ class _StatusFile:
 
 def _publish(args: argparse.Namespace) -> int:
     # Offline runs need no client.
+    from kondor_agent.cod import CodRunner, WatchedCodClaims  # noqa: PLC0415
     from kondor_agent.fetchwork import FetchWork, HookCaller, KubernetesFetchAPI  # noqa: PLC0415
     from kondor_agent.kube import (  # noqa: PLC0415
         KubernetesAPI,
@@ -265,11 +266,14 @@ def _publish(args: argparse.Namespace) -> int:
     benchmarks = BenchmarkRunner()
     jobs = WatchedJobs(api, args.node_name)
     pods = PodLauncher(api, args.node_name)
+    launcher = _process_launcher(args)
     runner = JobRunner(
         jobs,
-        RuntimeLaunchers(process=ProcessJobs(_process_launcher(args)), pod=pods),
+        RuntimeLaunchers(process=ProcessJobs(launcher), pod=pods),
         time.time,
     )
+    cod_claims = WatchedCodClaims(api, args.node_name)
+    cod = CodRunner(cod_claims, launcher, args.node_name, clock=time.time)
     fetch = FetchWork(
         KubernetesFetchAPI(api.api_client), HookCaller(args.hooks_dir), args.node_name
     )
@@ -283,12 +287,14 @@ def _publish(args: argparse.Namespace) -> int:
         cron=cron,
         benchmarks=benchmarks,
         jobs=runner,
+        cod=cod,
         fetch=fetch,
     )
     cron.on_update = benchmarks.on_done = fetch.on_done = agent.wake
-    watched.on_change = jobs.on_change = agent.wake
+    watched.on_change = jobs.on_change = cod_claims.on_change = agent.wake
     watched.start()
     jobs.start()
+    cod_claims.start()
     pods.start()
     if args.state_dir is not None:
         agent.on_written = _StatusFile(args.state_dir).save
@@ -310,6 +316,7 @@ def _publish(args: argparse.Namespace) -> int:
     fetch.stop()
     watched.stop()
     jobs.stop()
+    cod_claims.stop()
     pods.stop()
     log.info("stopped")
     return 0

@@ -17,7 +17,7 @@ from typing import Any
 
 import yaml
 
-from kondor_cli import drain, jobs, status, userprio
+from kondor_cli import cod, drain, jobs, status, userprio
 from kondor_cli.files import (
     UserError,
     load_machine,
@@ -143,6 +143,7 @@ def build_parser() -> argparse.ArgumentParser:
     jobs.add_parsers(commands)
     userprio.add_parser(commands)
     drain.add_parser(commands)
+    cod.add_parser(commands)
 
     for plugin in entry_points(group="kondor.commands"):
         try:

@@ -1,12 +1,13 @@
 """`kubectl kondor status`: condor_status over the ExecutionPoints' slot ads.
 
-    kubectl kondor status [NODE] [-l|--long] [-af ATTR ...] [-constraint EXPR]
+    kubectl kondor status [NODE] [-l|--long] [-af ATTR ...] [-constraint EXPR] [-cod]
 
 The default output is condor_status's: one line per slot (Name, OpSys, Arch, State, Activity,
 LoadAv, Mem, ActvtyTime), then the totals by Arch/OpSys and state. `-long` prints whole ads
 in ClassAd form, `-af` the values of the named attributes (or expressions), `-constraint`
 keeps the ads for which the expression is TRUE, evaluated by classad2 with MY = the slot ad,
-as condor_status does. The cluster is reached as kubectl reaches it: `--kubeconfig`, else
+as condor_status does; `-cod` lists the COD claims of the slots that have any. The cluster is
+reached as kubectl reaches it: `--kubeconfig`, else
 $KUBECONFIG, else the pod's ServiceAccount, else ~/.kube/config, and `--context`.
 """
 
@@ -28,6 +29,7 @@ from kondor_cli.render import table
 from kondor_core.api import EXECUTION_POINTS, GROUP, VERSION, kube_config_source
 from kondor_core.classads import ExpressionError, parse_expr
 from kondor_core.slots import SlotAd
+from kondor_core.startd.cod import cod_rows
 
 #: condor_status's default columns.
 HEADERS = ("Name", "OpSys", "Arch", "State", "Activity", "LoadAv", "Mem", "ActvtyTime")
@@ -149,6 +151,37 @@ def totals(ads: Sequence[SlotAd]) -> str:
     return "\n\n".join([line(headers), "\n".join(body[:-1]), body[-1]]).rstrip() + "\n"
 
 
+#: condor_status -cod's columns.
+COD_HEADERS = ("Name", "ID", "ClaimState", "TimeInState", "RemoteUser", "JobId", "Keyword")
+
+
+def _number(value: Any) -> float:
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else 0
+
+
+def cod_table(ads: Sequence[SlotAd], now: float) -> str:
+    """`condor_status -cod`: one line per COD claim of the slots with NumCODClaims > 0 (the
+    claim's state and how long it has been in it, its user, job id and keyword), then the
+    claims counted by state."""
+    claims = cod_rows(ad.attributes for ad in ads)
+    rows = [
+        [
+            row.name,
+            row.cod_id,
+            row.state,
+            activity_time(now - row.entered),
+            row.user,
+            row.job_id,
+            row.keyword,
+        ]
+        for row in claims
+    ]
+    states = ("Idle", "Running", "Suspended", "Vacating", "Killing")
+    count_headers = ("", "Total", *states)
+    counts = [["Total", len(claims), *(sum(r.state == s for r in claims) for s in states)]]
+    return table(COD_HEADERS, rows) + "\n\n" + table(count_headers, counts) + "\n"
+
+
 def long_form(ads: Sequence[SlotAd]) -> str:
     """Each slot ad as `condor_status -long` prints it."""
     return render.long_form(classad(ad) for ad in ads)
@@ -207,7 +240,11 @@ def run(
     ads = select(slot_ads(fetch(args)), args.node, args.constraint)
     if args.node is not None and not ads and args.constraint is None:
         raise UserError(f"no execution point or slot named {args.node!r}")
-    if args.long:
+    if getattr(args, "cod", False):
+        ads = [ad for ad in ads if _number(ad.attributes.get("NumCODClaims")) > 0]
+        if ads:
+            print(cod_table(ads, clock()), end="")
+    elif args.long:
         print(long_form(ads), end="")
     elif args.autoformat:
         print(autoformat(ads, args.autoformat), end="")
@@ -243,6 +280,13 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         dest="constraint",
         metavar="EXPR",
         help="only ads for which this ClassAd expression is TRUE",
+    )
+    parser.add_argument(
+        "-cod",
+        "--cod",
+        dest="cod",
+        action="store_true",
+        help="the COD claims of the slots that have any (condor_status -cod)",
     )
     parser.add_argument("--kubeconfig", type=Path, help="default $KUBECONFIG, ~/.kube/config")
     parser.add_argument("--context", help="the kubeconfig context to use")

@@ -14,6 +14,7 @@ kopf runs a plain function on a thread of its executor, a hand-off per event.
 * `@kopf.on.validate` on SlotPolicies: refuse an invalid policy at `kubectl apply`
   with the field, the value and classad2's message.
 * ExecutionJob admission (owner, validity, immutability): `webhook.register_job_admission`.
+* CodClaim admission (owner, label, who may act): `webhook.register_cod_admission`.
 """
 
 from __future__ import annotations
@@ -35,7 +36,11 @@ from kondor_operator.reconciler import (
     execution_point_entry,
     slot_policy_entry,
 )
-from kondor_operator.webhook import hook_checks, register_job_admission
+from kondor_operator.webhook import (
+    hook_checks,
+    register_cod_admission,
+    register_job_admission,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -142,3 +147,4 @@ def register(
                 raise kopf.AdmissionError(admission_message(name or "", checked), code=422)
 
         register_job_admission(registry, connection=connection, fails_closed=webhook_fails_closed)
+        register_cod_admission(registry, connection=connection, fails_closed=webhook_fails_closed)

@@ -40,14 +40,18 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
-from kondor_core.api import EXECUTION_JOBS, GROUP, VERSION
+from kondor_core.api import COD_CLAIMS, EXECUTION_JOBS, GROUP, VERSION
 from kondor_core.inputs import LIMITS
 from kondor_core.jobs import Delegates, Requester, admit_job
+from kondor_core.startd.codadmission import admit_cod_claim
 
 #: The ExecutionJob admission handlers' ids: kopf serves each at `/<id>` and names its
 #: webhook `<id>.<configuration name>`; the chart's configurations use the same.
 MUTATE_JOB_ID = "mutate-executionjob"
 VALIDATE_JOB_ID = "validate-executionjob"
+#: The CodClaim admission handlers' ids (served and named as the ExecutionJob ones).
+MUTATE_COD_ID = "mutate-codclaim"
+VALIDATE_COD_ID = "validate-codclaim"
 
 
 @dataclass(frozen=True)
@@ -269,6 +273,62 @@ def register_job_admission(
                 f"spec.owner {owner!r} is not {requester.name!r}: the owner is set at "
                 "submission, only a cluster admin may submit for someone else "
                 "(the mutating webhook that sets it did not run; try again)",
+                code=403,
+            )
+
+
+def register_cod_admission(
+    registry: kopf.OperatorRegistry,
+    *,
+    connection: kopf.ConnectionInfo | None = None,
+    fails_closed: bool = False,
+) -> None:
+    """Register the CodClaim mutating (CREATE: `spec.owner` and the execution point's label)
+    and validating (CREATE, UPDATE, DELETE: a valid spec, an inline job ad naming no other
+    Owner, only the owner or a delegate acting on it) handlers: `admit_cod_claim` decides."""
+    delegates = Delegates().with_users(operator_user(connection))
+
+    @kopf.on.mutate(
+        GROUP,
+        VERSION,
+        COD_CLAIMS,
+        id=MUTATE_COD_ID,
+        operations=["CREATE"],
+        ignore_failures=not fails_closed,
+        registry=registry,
+    )
+    def set_cod_owner(
+        body: kopf.Body, userinfo: kopf.UserInfo, patch: kopf.Patch, **_: Any
+    ) -> None:
+        admission = admit_cod_claim(
+            "CREATE", Requester.of(userinfo), body, None, delegates=delegates
+        )
+        patch.update(admission.patch)
+
+    @kopf.on.validate(
+        GROUP,
+        VERSION,
+        COD_CLAIMS,
+        id=VALIDATE_COD_ID,
+        operations=["CREATE", "UPDATE", "DELETE"],
+        ignore_failures=not fails_closed,
+        registry=registry,
+    )
+    def validate_cod_claim(
+        userinfo: kopf.UserInfo,
+        operation: str | None = None,
+        old: kopf.Body | None = None,
+        new: kopf.Body | None = None,
+        **_: Any,
+    ) -> None:
+        requester = Requester.of(userinfo)
+        admission = admit_cod_claim(operation or "", requester, new, old, delegates=delegates)
+        if admission.refusal is not None:
+            raise kopf.AdmissionError(admission.refusal, code=403 if admission.forbidden else 422)
+        if admission.patch:  # the mutating webhook did not run: refuse rather than store it
+            raise kopf.AdmissionError(
+                "the CodClaim's owner and execution point label are set at admission and the "
+                "webhook that sets them did not run; try again",
                 code=403,
             )
 

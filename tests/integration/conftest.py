@@ -156,42 +156,14 @@ def namespace(request: pytest.FixtureRequest, admin: client.ApiClient) -> Iterat
     core.delete_namespace(name)
 
 
-def _codclaim_stand_in() -> dict[str, object]:
-    """CodClaim has no model yet: a schema-less stand-in until the COD work defines it."""
-    return {
-        "apiVersion": "apiextensions.k8s.io/v1",
-        "kind": "CustomResourceDefinition",
-        "metadata": {"name": "codclaims.kondor.io"},
-        "spec": {
-            "group": "kondor.io",
-            "scope": "Namespaced",
-            "names": {"plural": "codclaims", "singular": "codclaim", "kind": "CodClaim"},
-            "versions": [
-                {
-                    "name": "v1alpha1",
-                    "served": True,
-                    "storage": True,
-                    "subresources": {"status": {}},
-                    "schema": {
-                        "openAPIV3Schema": {
-                            "type": "object",
-                            "x-kubernetes-preserve-unknown-fields": True,
-                        }
-                    },
-                }
-            ],
-        },
-    }
-
-
 @pytest.fixture(scope="session")
 def kondor_crds(admin: client.ApiClient) -> list[str]:
     """Kondor's CRDs as generated from the models (the API server refuses non-structural ones)."""
     extensions = client.ApiextensionsV1Api(admin)
     names = []
-    for body in [*all_crds(), _codclaim_stand_in()]:
+    for body in all_crds():
         extensions.create_custom_resource_definition(body)
-        names.append(str(body["metadata"]["name"]))  # type: ignore[index]
+        names.append(str(body["metadata"]["name"]))
     deadline = time.monotonic() + 30
     for name in names:
         while True:

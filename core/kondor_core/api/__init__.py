@@ -6,6 +6,7 @@ and the one parser of machine files (`parse_machine_file`).
 """
 
 from kondor_core.api.base import ClassAdExpr, Condition, Model
+from kondor_core.api.codclaim import COD_CLAIMS, CodClaim, CodClaimSpec, CodClaimStatus
 from kondor_core.api.conditions import (
     condition,
     condition_status,
@@ -79,6 +80,7 @@ from kondor_core.api.slotpolicy import (
 
 __all__ = [
     "API_VERSION",
+    "COD_CLAIMS",
     "DEFAULT_MATCH_TIMEOUT",
     "DEFAULT_NEGOTIATOR_INTERVAL",
     "DEFAULT_POOL",
@@ -94,6 +96,9 @@ __all__ = [
     "VERSION",
     "ApptainerRuntime",
     "ClassAdExpr",
+    "CodClaim",
+    "CodClaimSpec",
+    "CodClaimStatus",
     "Condition",
     "CronJobSpec",
     "DrainRequest",

@@ -16,6 +16,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from kondor_core.api.codclaim import COD_CLAIMS, CodClaimSpec, CodClaimStatus
 from kondor_core.api.executionpoint import ExecutionPointSpec, ExecutionPointStatus
 from kondor_core.api.job import ExecutionJobSpec, ExecutionJobStatus
 from kondor_core.api.meta import EXECUTION_JOBS, EXECUTION_POINTS, GROUP, SLOT_POLICIES, VERSION
@@ -110,6 +111,30 @@ KINDS: tuple[Kind, ...] = (
             _AGE,
         ),
         "A job: requests, requirements, rank, priority and a runtime (process, apptainer or pod).",
+    ),
+    Kind(
+        "CodClaim",
+        COD_CLAIMS,
+        "Namespaced",
+        CodClaimSpec,
+        CodClaimStatus,
+        ("cod",),
+        (
+            _column("Owner", ".spec.owner"),
+            _column("ExecutionPoint", ".spec.executionPoint"),
+            _column("Slot", ".status.slot"),
+            _column("ID", ".status.codId"),
+            _column("ClaimState", ".status.state"),
+            _column("Want", ".spec.state"),
+            _column("Keyword", ".status.keyword"),
+            _column("LeaseExpiry", ".status.leaseExpiry", "date"),
+            _column("ClaimID", ".status.claimId", priority=1),
+            _column("Exit", ".status.exitCode", "integer", priority=1),
+            _column("Reason", ".status.reason", priority=1),
+            _AGE,
+        ),
+        "A Computing On Demand claim on one slot and the application it runs "
+        "(condor_cod); deleting it releases the claim.",
     ),
     Kind(
         "Pool",

@@ -87,6 +87,9 @@ STARTD_KNOBS: Mapping[str, str] = {
         "FetchWorkDelay",
         "KONDOR_FETCH_WORK_NAMESPACE",
         "KONDOR_HOOK_CA_FILE",
+        # Computing On Demand ("Computing On Demand (COD)"; kondor_core.startd.cod): who may
+        # hold COD claims.
+        "VALID_COD_USERS",
     )
 }
 
@@ -99,6 +102,12 @@ STARTD_KNOB_PATTERNS = (
         re.IGNORECASE,
     ),
     re.compile(r"SLOT\d+_JOB_HOOK_KEYWORD", re.IGNORECASE),
+    # A COD application's attributes by keyword (kondor_core.startd.cod): FractGen_Cmd, ...
+    re.compile(
+        r"\w+?_(?:CMD|ARGS|IWD|IN|OUT|ERR|ENV|KILLSIG|JOBUNIVERSE|OWNER|CLUSTERID|PROCID"
+        r"|JARFILES|STARTERUSERLOG|STARTERUSERLOGUSEXML)",
+        re.IGNORECASE,
+    ),
 )
 
 #: Startd knobs in `macros` whose value is a ClassAd expression: checked at compile.
