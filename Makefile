@@ -70,7 +70,11 @@ bench-fleet: controlplane ## 1,000 nodes: API writes at steady state and after a
 	$(BIN)/python bench/bench_fleet.py
 
 .PHONY: help venv fmt lint typecheck crds crds-check condor-defaults condor-defaults-check test unit check
-.PHONY: bench bench-devcluster bench-fleet
+bench-scale: controlplane ## Kondor beside kube-scheduler and Kueue: 10,000 jobs on 1,000 kwok nodes (builds Kueue once)
+	@$(BIN)/python -c "import matplotlib" 2>/dev/null || $(BIN)/pip install -q -e '.[dev,bench]'
+	$(BIN)/python bench/bench_scale.py
+
+.PHONY: bench bench-devcluster bench-fleet bench-scale
 
 ##@ Development cluster
 controlplane: venv ## Build the control plane and kwok, and prepare the real node (kubelet, containerd; cached)

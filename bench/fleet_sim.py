@@ -13,12 +13,37 @@ Benchmark support, not part of the agent: it lives beside the benchmarks, which 
 
 from __future__ import annotations
 
+import argparse
 import asyncio
+import copy
 import logging
-from collections.abc import Iterable
+import signal
+import sys
+import threading
+import time
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
 
-from kondor_agent.loop import Agent
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+from kondor_agent.jobs import JobRunner, RuntimeLaunchers
+from kondor_agent.kube import KubernetesAPI, NotFoundError, WriteError, informer
+from kondor_agent.loop import Agent, AgentConfig
+from kondor_agent.machinefile import MachineFile
+from kondor_agent.pods import PodHandle, PodLauncher
+from kondor_core.api import (
+    EXECUTION_JOBS,
+    EXECUTION_POINT_LABEL,
+    EXECUTION_POINTS,
+    GROUP,
+    MERGE_PATCH,
+    VERSION,
+    Machine,
+)
 
 log = logging.getLogger("kondor_agent")
 
@@ -104,3 +129,348 @@ class Fleet:
             await woken.wait()
         finally:
             timer.cancel()
+
+
+# ---- shared watches: one list+watch per kind for every agent of the process ------------------
+
+
+def node_label(found: Mapping[str, Any]) -> str | None:
+    """The node an ExecutionJob or job Pod belongs to: its `kondor.io/execution-point` label."""
+    labels = (found.get("metadata") or {}).get("labels") or {}
+    value = labels.get(EXECUTION_POINT_LABEL)
+    return str(value) if value else None
+
+
+def object_name(found: Mapping[str, Any]) -> str | None:
+    """An ExecutionPoint's node: its name."""
+    name = (found.get("metadata") or {}).get("name")
+    return str(name) if name else None
+
+
+def object_key(found: Mapping[str, Any]) -> str:
+    meta = found.get("metadata") or {}
+    return f"{meta.get('namespace') or ''}/{meta.get('name') or ''}"
+
+
+def job_signature(found: Mapping[str, Any] | None) -> Any:
+    """What of a job an agent acts on: its spec (hold, remove), the match the negotiator wrote
+    and its deletion; not the operator's jobStatus nor the agent's own `status.execution`."""
+    if found is None:
+        return None
+    status = found.get("status") or {}
+    meta = found.get("metadata") or {}
+    return (
+        found.get("spec"),
+        status.get("claimId"),
+        status.get("executionPoint"),
+        status.get("jobStatus") in ("Held", "Removed", "Completed"),
+        meta.get("deletionTimestamp"),
+    )
+
+
+def pod_signature(found: Mapping[str, Any] | None) -> Any:
+    """What of a job's pod an agent acts on: whether it ended."""
+    if found is None:
+        return None
+    return (found.get("status") or {}).get("phase") in ("Succeeded", "Failed")
+
+
+def spec_signature(found: Mapping[str, Any] | None) -> Any:
+    """What of an ExecutionPoint an agent acts on: its spec (policy, drain)."""
+    if found is None:
+        return None
+    return (found.get("spec"), (found.get("metadata") or {}).get("generation"))
+
+
+Signature = Callable[[Mapping[str, Any] | None], Any]
+
+
+class Routed:
+    """The objects of one kind as one watch saw them, grouped by node (`node_of`); each change
+    that alters an object's `signature` calls `on_change(node)` for the nodes it touched (a
+    job matched away from one node to another touches both). `nodes` limits the routing to
+    the nodes this process runs (None: all). Fed by `listed` and `changed`, as
+    `kondor_agent.kube.informer` calls them, so tests feed it by hand."""
+
+    def __init__(
+        self,
+        node_of: Callable[[Mapping[str, Any]], str | None],
+        signature: Signature,
+        *,
+        nodes: Collection[str] | None = None,
+        key: Callable[[Mapping[str, Any]], str] = object_key,
+    ) -> None:
+        self.node_of = node_of
+        self.signature = signature
+        self.nodes = None if nodes is None else frozenset(nodes)
+        self.key = key
+        self.on_change: Callable[[str], None] = lambda _node: None
+        self.synced = threading.Event()
+        self._by_node: dict[str, dict[str, Mapping[str, Any]]] = {}
+        self._where: dict[str, str] = {}
+        self._lock = threading.Lock()
+
+    def of(self, node: str) -> list[Mapping[str, Any]]:
+        with self._lock:
+            return list((self._by_node.get(node) or {}).values())
+
+    def one(self, node: str) -> Mapping[str, Any] | None:
+        """The one object of `node` (an ExecutionPoint), if any."""
+        with self._lock:
+            found = self._by_node.get(node) or {}
+            return next(iter(found.values()), None)
+
+    def listed(self, items: list[Mapping[str, Any]]) -> None:
+        seen = {self.key(item): item for item in items}
+        with self._lock:
+            gone = [key for key in self._where if key not in seen]
+        for key in gone:
+            self._apply(key, None)
+        for key, item in seen.items():
+            self._apply(key, item)
+        self.synced.set()
+
+    def changed(self, kind: str, found: Mapping[str, Any]) -> None:
+        self._apply(self.key(found), None if kind == "DELETED" else found)
+
+    def _apply(self, key: str, found: Mapping[str, Any] | None) -> None:
+        node = self.node_of(found) if found is not None else None
+        if node is not None and self.nodes is not None and node not in self.nodes:
+            node = None  # another process's node: as if gone from here
+        touched: list[str] = []
+        with self._lock:
+            old_node = self._where.pop(key, None)
+            before = self._by_node.get(old_node or "", {}).pop(key, None)
+            if node is not None and found is not None:
+                self._by_node.setdefault(node, {})[key] = found
+                self._where[key] = node
+            if old_node is not None and old_node != node:
+                touched.append(old_node)
+                before = None if node is not None else before
+            if node is not None and self.signature(before) != self.signature(found):
+                touched.append(node)
+            elif node is None and old_node is not None and old_node not in touched:
+                touched.append(old_node)
+        for name in touched:
+            self.on_change(name)
+
+
+class FleetExecutionPoints:
+    """`ExecutionPointAPI` of every agent of the process: ExecutionPoints from one watch
+    (`Routed`), SlotPolicy reads and status writes through one shared client."""
+
+    def __init__(self, api: KubernetesAPI, routed: Routed) -> None:
+        self.api = api
+        self.routed = routed
+
+    def read_execution_point(self, name: str) -> dict[str, Any] | None:
+        if not self.routed.synced.is_set():
+            return self.api.read_execution_point(name)
+        found = self.routed.one(name)
+        return copy.deepcopy(dict(found)) if found is not None else None
+
+    def read_slot_policy(self, name: str) -> dict[str, Any] | None:
+        return self.api.read_slot_policy(name)
+
+    def patch_status(self, name: str, patch: Mapping[str, Any]) -> None:
+        self.api.patch_status(name, patch)
+
+
+class NodeJobs:
+    """`JobAPI` of one node: its ExecutionJobs from the process's one watch of them."""
+
+    def __init__(self, api: KubernetesAPI, routed: Routed, node: str) -> None:
+        self.api = api
+        self.routed = routed
+        self.node = node
+
+    @property
+    def synced(self) -> bool:
+        return self.routed.synced.is_set()
+
+    @synced.setter
+    def synced(self, _value: bool) -> None:
+        raise AttributeError("synced: set by the shared watch, not by its readers")
+
+    def jobs(self) -> list[dict[str, Any]]:
+        return [copy.deepcopy(dict(job)) for job in self.routed.of(self.node)]
+
+    def patch_job_status(self, namespace: str, name: str, patch: Mapping[str, Any]) -> None:
+        try:
+            self.api.objects.patch_namespaced_custom_object_status(
+                GROUP,
+                VERSION,
+                namespace,
+                EXECUTION_JOBS,
+                name,
+                dict(patch),
+                _content_type=MERGE_PATCH,
+            )
+        except ApiException as error:
+            if error.status == 404:
+                raise NotFoundError(f"executionjob {namespace}/{name} does not exist") from None
+            raise WriteError(f"{error.status} {error.reason}: {error.body}") from None
+
+
+class FleetPodLauncher(PodLauncher):
+    """The agent's `PodLauncher`, unchanged, but told of its node's pods by the process's one
+    watch of job pods (`Routed`) instead of a watch (and a thread) of its own."""
+
+    def __init__(self, api: KubernetesAPI, node: str, routed: Routed) -> None:
+        super().__init__(api, node)
+        self.routed = routed
+
+    def start(self) -> None:
+        """No watch of its own: `_pods` reads the shared one."""
+
+    def ended(self, handle: PodHandle) -> bool:
+        self._refresh()
+        return super().ended(handle)
+
+    def _identity(self, handle: PodHandle) -> tuple[str, str] | None:
+        return None  # a simulated node: no cgroup on this host
+
+    def _refresh(self) -> None:
+        """Take the shared watch's view of this node's pods; a pod this launcher deleted
+        stays ended (`_delete` marks it so) whatever the watch still shows."""
+        pods = {object_key(pod): pod for pod in self.routed.of(self.node)}
+        with self._lock:
+            for key, pod in pods.items():
+                namespace, _, name = key.partition("/")
+                known = self._pods.get((namespace, name))
+                if known is not None and "metadata" not in known:
+                    continue  # deleted by this launcher: its end is the kill's
+                self._pods[(namespace, name)] = pod
+
+
+def start_watch(
+    routed: Routed,
+    list_objects: Callable[..., Any],
+    selector: Mapping[str, str],
+    stop: threading.Event,
+    what: str,
+) -> threading.Thread:
+    """`informer` on a daemon thread, feeding `routed`."""
+    thread = threading.Thread(
+        target=informer,
+        args=(list_objects, selector),
+        kwargs={
+            "listed": routed.listed,
+            "changed": routed.changed,
+            "lost": lambda: None,
+            "stop": stop,
+            "what": what,
+            "timeout_seconds": 300,
+        },
+        name=f"watch-{what}",
+        daemon=True,
+    )
+    thread.start()
+    return thread
+
+
+@dataclass
+class FleetProcess:
+    """Everything one process of simulated agents runs: the shared watches and the agents
+    (each with a `JobRunner` whose pod jobs go to kwok), ready for `Fleet.run`."""
+
+    api: KubernetesAPI
+    agents: list[Agent]
+    execution_points: Routed
+    jobs: Routed
+    pods: Routed
+    stop: threading.Event = field(default_factory=threading.Event)
+
+    @classmethod
+    def build(
+        cls,
+        api: KubernetesAPI,
+        machines: Sequence[Machine],
+        *,
+        polling_interval: float | None = None,
+    ) -> FleetProcess:
+        names = [machine.name for machine in machines]
+        eps = Routed(object_name, spec_signature, nodes=names)
+        jobs = Routed(node_label, job_signature, nodes=names)
+        pods = Routed(node_label, pod_signature, nodes=names)
+        shared = FleetExecutionPoints(api, eps)
+        agents = []
+        for machine in machines:
+            runner = JobRunner(
+                NodeJobs(api, jobs, machine.name),
+                RuntimeLaunchers(pod=FleetPodLauncher(api, machine.name, pods)),
+                time.time,
+            )
+            config = AgentConfig(node_name=machine.name, polling_interval=polling_interval)
+            agents.append(Agent(config, shared, _constant(machine), jobs=runner))
+        return cls(api, agents, eps, jobs, pods)
+
+    def start_watches(self, fleet: Fleet) -> None:
+        for routed in (self.execution_points, self.jobs, self.pods):
+            routed.on_change = fleet.wake
+        objects, core = self.api.objects, client.CoreV1Api(self.api.api_client)
+        selector = {"label_selector": EXECUTION_POINT_LABEL}
+
+        def list_eps(**options: Any) -> Any:
+            return objects.list_cluster_custom_object(GROUP, VERSION, EXECUTION_POINTS, **options)
+
+        def list_jobs(**options: Any) -> Any:
+            return objects.list_cluster_custom_object(GROUP, VERSION, EXECUTION_JOBS, **options)
+
+        def list_pods(**options: Any) -> Any:
+            found = core.list_pod_for_all_namespaces(**options)
+            if options.get("watch"):
+                return found
+            return self.api.api_client.sanitize_for_serialization(found)  # type: ignore[no-untyped-call]
+
+        start_watch(self.execution_points, list_eps, {}, self.stop, "executionpoints")
+        start_watch(self.jobs, list_jobs, selector, self.stop, "executionjobs")
+        start_watch(self.pods, list_pods, selector, self.stop, "job pods")
+
+    def synced(self) -> bool:
+        return all(r.synced.is_set() for r in (self.execution_points, self.jobs, self.pods))
+
+
+def _constant(machine: Machine) -> Callable[[], Machine]:
+    return lambda: machine
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the agents of some simulated nodes (machine files) until SIGTERM: how
+    `bench_scale.py` shards a thousand agents over a few processes."""
+    parser = argparse.ArgumentParser(description=main.__doc__)
+    parser.add_argument("--kubeconfig", type=Path, required=True)
+    parser.add_argument("--workers", type=int, default=4)
+    parser.add_argument("--stagger", type=float, default=5.0)
+    parser.add_argument("--polling-interval", type=float, default=None)
+    parser.add_argument("--ready-file", type=Path, help="created once every watch has listed")
+    parser.add_argument("machines", type=Path, nargs="+", help="machine files, one per node")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(message)s")
+    machines = [MachineFile(path).read() for path in args.machines]
+    api = KubernetesAPI.connect(args.kubeconfig)
+    api.api_client.configuration.connection_pool_maxsize = args.workers + 4
+    process = FleetProcess.build(api, machines, polling_interval=args.polling_interval)
+    fleet = Fleet(process.agents, workers=args.workers, stagger=args.stagger)
+
+    async def run() -> None:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(signum, stop.set)
+        running = asyncio.create_task(fleet.run(stop))
+        await asyncio.sleep(0)  # the fleet's loop is set: wakes from the watches reach it
+        process.start_watches(fleet)
+        while not process.synced():
+            await asyncio.sleep(0.1)
+        if args.ready_file is not None:
+            args.ready_file.touch()
+        await running
+        process.stop.set()
+
+    asyncio.run(run())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
