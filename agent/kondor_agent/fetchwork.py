@@ -480,6 +480,10 @@ class FetchWork:
 
     # -- failures ------------------------------------------------------------------------------
 
+    def hook_failed(self, reason: str, message: str) -> None:
+        """Another hook failed (PREPARE_JOB held a job): a rationed Event too."""
+        self._failed(reason, message, self.clock())
+
     def _failed(self, reason: str, message: str, now: float) -> None:
         log.warning("%s: %s", reason, message)
         with self._lock:  # REPLY_FETCH and EVICT_CLAIM fail in the workers

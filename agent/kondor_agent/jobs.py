@@ -33,6 +33,7 @@ from kondor_core.jobs.deferral import (
     Start,
     start_decision,
 )
+from kondor_core.jobs.hooks import HOOK_PREPARE_JOB_FAILURE
 from kondor_core.policy import Action, ActionKind, Event
 from kondor_core.slots import SlotAd
 from kondor_core.startd.claims import Ended, job_id, schedd_events
@@ -244,6 +245,8 @@ class JobRunner:
     deferred: dict[str, _Deferred] = field(default_factory=dict)
     #: Told (job, slot) when the startd evicts a running job (fetched work's EVICT_CLAIM).
     on_evict: Callable[[ExecutionJob, str], None] | None = None
+    #: Told (reason, message) when a job hook fails (an Event on the ExecutionPoint).
+    on_hook_failure: Callable[[str, str], None] | None = None
 
     def known_jobs(self) -> Mapping[str, ExecutionJob]:
         """The ExecutionJobs labelled with this node at the last `events()`, by job id."""
@@ -639,6 +642,8 @@ class JobRunner:
             self._write_running(run, "Suspended" if frozen else "Running", usage)
 
     def _report_end(self, run: _Running, outcome: Outcome) -> None:
+        if outcome.hold_reason_code == HOOK_PREPARE_JOB_FAILURE and self.on_hook_failure:
+            self.on_hook_failure("PrepareJobFailed", f"{job_id(run.job)}: {outcome.hold_reason}")
         state: ExecutionState
         if outcome.hold_reason is not None:
             state = "Failed"

@@ -278,6 +278,7 @@ def _publish(args: argparse.Namespace) -> int:
         KubernetesFetchAPI(api.api_client), HookCaller(args.hooks_dir), args.node_name
     )
     runner.on_evict = fetch.evicted
+    runner.on_hook_failure = fetch.hook_failed
     agent = Agent(
         config,
         watched,

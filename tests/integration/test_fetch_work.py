@@ -45,6 +45,9 @@ EXEC_HOOKS = {
     '| head -1)\necho "$1 $id" >> "$(dirname "$0")/replies.log"\n'
     'if [ "$1" = accept ]; then rm -f "$(dirname "$0")/queue/$id.ad"; fi\n',
     "evict.sh": '#!/bin/sh\ncat > "$(dirname "$0")/evicted-$(date +%s%N).ad"\n',
+    # The starter's JOB_EXIT under the keyword that fetched the job (its HookKeyword).
+    "exit.sh": '#!/bin/sh\necho "$1" > "$_CONDOR_SCRATCH_DIR/exit-how"\n'
+    'cat > "$_CONDOR_SCRATCH_DIR/exit-ad"\n',
 }
 
 
@@ -177,6 +180,7 @@ def fetching(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FetchCluster]
     exec_config = (
         COMMON + "STARTD_JOB_HOOK_KEYWORD = QUEUE\nQUEUE_HOOK_FETCH_WORK = fetch.sh\n"
         "QUEUE_HOOK_REPLY_FETCH = reply.sh\nQUEUE_HOOK_EVICT_CLAIM = evict.sh\n"
+        "QUEUE_HOOK_JOB_EXIT = exit.sh\n"
     )
     hooks = tmp / "state" / "agents" / EXEC_NODE / "hooks"
     (hooks / "queue").mkdir(parents=True)
@@ -272,6 +276,13 @@ def test_fetched_work_runs_and_a_better_ranked_job_preempts(
         "the evicted fetched job Removed",
     )
     assert long_job["status"]["numJobStarts"] == 1
+    if node == EXEC_NODE:
+        # The fetched job's starter hooks use the keyword that fetched it: JOB_EXIT was told
+        # the job was evicted, with the signal that ended it.
+        scratch = Path(long_job["status"]["execution"]["directory"]) / "scratch"
+        assert (scratch / "exit-how").read_text() == "evict\n"
+        exit_ad = parse_ad((scratch / "exit-ad").read_text(), field="exit")
+        assert exit_ad["ExitBySignal"] is True and exit_ad["HookKeyword"] == "QUEUE"
 
 
 BAD_HOOKS = [

@@ -5,8 +5,10 @@ directory (`--hooks-dir`, `<state>/agents/<node>/hooks` on the dev cluster)."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -104,6 +106,18 @@ def test_prepare_job_status_150_holds_the_job_with_its_message(cluster: Cluster)
     assert held["status"]["holdReasonCode"] == 19
     scratch = Path(held["status"]["execution"]["directory"]) / "scratch"
     assert not (scratch / "ran").exists()
+    # The hook's failure is an Event on the ExecutionPoint too.
+    selector = f"involvedObject.name={NODE},reason=PrepareJobFailed"
+
+    def events() -> list[dict[str, Any]]:
+        listed = cluster.kubectl("get", "events", "-n", "default", "--field-selector", selector,
+                                 "-o", "json")  # fmt: skip
+        found: list[dict[str, Any]] = json.loads(listed)["items"]
+        return found
+
+    event = eventually(events, 15, "a PrepareJobFailed Event")[0]
+    assert event["involvedObject"]["kind"] == "ExecutionPoint" and event["type"] == "Warning"
+    assert event["message"] == "default/hook-held: no licence for this job"
 
 
 @pytest.mark.parametrize(("field", "how"), [("remove", "remove"), ("hold", "hold")])

@@ -203,7 +203,10 @@ def test_job_webhooks_are_those_kopf_would_register(objects: list[dict[str, Any]
         assert webhook["failurePolicy"] == "Ignore"  # the values' default, as for SlotPolicies
         assert webhook["sideEffects"] == "None"
     mutating = find(objects, "MutatingWebhookConfiguration")["webhooks"]
-    assert [hook["name"] for hook in mutating] == [f"{MUTATE_JOB_ID}.kondor.io"]
+    assert [hook["name"] for hook in mutating] == [
+        f"{MUTATE_JOB_ID}.kondor.io",
+        "mutate-codclaim.kondor.io",  # tests/unit/chart/test_cod_chart.py checks it
+    ]
 
 
 def test_webhook_failure_policy_applies_to_every_webhook(helm: Path) -> None:
