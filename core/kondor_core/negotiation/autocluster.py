@@ -59,16 +59,13 @@ from kondor_core.policy.evaluation import describe, number, truth
 
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 #: Slot attributes that always decide what a slot offers.
-_SLOT_FIXED = (
-    "State",
-    "Activity",
-    "PartitionableSlot",
+_SLOT_FIXED = ("State", "Activity", "PartitionableSlot", "CurrentRank", "Requirements", "Start")
+#: What the preemption rules read of a Claimed slot (with what PREEMPTION_REQUIREMENTS and
+#: PREEMPTION_RANK refer to), when preemption is considered.
+_CLAIM_FIXED = (
     "DynamicSlot",
-    "CurrentRank",
-    "Requirements",
-    "Start",
-    # what the preemption rules read of a Claimed slot
     "RemoteUser",
+    "RemoteOwner",
     "AccountingGroup",
     "RemoteUserPrio",
     "RetirementTimeRemaining",
@@ -186,6 +183,9 @@ class IndexedMatchmaker:
         self._base: list[int] = []
         self._slot_refs: list[str] = []
         self._consumes: list[bool] = []
+        #: Claimed slots are offered and preemption is considered: the preemption rules'
+        #: attributes make slot classes, and the submitter is part of an autocluster.
+        self._claimed = policy.consider and any(ad.get("State") == "Claimed" for ad in self.ads)
         # Pslot preemption looks at a partitionable slot with its dynamic slots together,
         # which slot classes do not: the plain matchmaker decides it.
         pslot = policy.pslot and any(
@@ -211,6 +211,7 @@ class IndexedMatchmaker:
         keys: dict[tuple[Any, ...], int] = {}
         refs: dict[str, None] = {}
         preemption_refs = self._preemption_refs()
+        claim_names: dict[tuple[str, ...], list[str]] = {}
         for ad in self.ads:
             texts = tuple(str(ad.get(name)) for name in (*_SLOT_ROOTS, *_CONSUMPTION))
             names = closures.get(texts)
@@ -220,17 +221,24 @@ class IndexedMatchmaker:
                     for n, t in zip((*_SLOT_ROOTS, *_CONSUMPTION), texts, strict=True)
                     if t != "None"
                 ]
-                names = sorted(set(_closure((ad,), [*roots, *preemption_refs])) | set(_SLOT_FIXED))
+                names = sorted(set(_closure((ad,), roots)) | set(_SLOT_FIXED))
                 closures[texts] = names
                 refs.update(dict.fromkeys(names))
             key = (texts, *(str(ad.get(name)) for name in names))
+            if self._claimed and ad.get("State") == "Claimed":
+                extra = claim_names.get(texts)
+                if extra is None:
+                    extra = sorted(set(_closure((ad,), preemption_refs)) | set(_CLAIM_FIXED))
+                    claim_names[texts] = extra
+                key = (*key, *(str(ad.get(name)) for name in extra))
             self._base.append(keys.setdefault(key, len(keys)))
             self._consumes.append(any(t != "None" for t in texts[len(_SLOT_ROOTS) :]))
         self._slot_refs = list(refs)
 
     def _preemption_refs(self) -> list[str]:
-        """What PREEMPTION_REQUIREMENTS and PREEMPTION_RANK refer to, when they matter."""
-        if not self.policy.consider:
+        """What PREEMPTION_REQUIREMENTS and PREEMPTION_RANK refer to, when they matter (a
+        Claimed slot is offered and preemption is considered)."""
+        if not self._claimed:
             return []
         return sorted(identifiers(self.policy.requirements) | identifiers(self.policy.rank))
 
@@ -309,12 +317,7 @@ class IndexedMatchmaker:
     def _autocluster(self, job: Any, submitter: str = "") -> _Autocluster:
         slot_names, values = self._job_key(job)
         # Whom the job's user may preempt depends on the user: the user is significant.
-        key = (
-            slot_names,
-            values,
-            submitter if self.consider_preemption else "",
-            self.policy.requirements,
-        )
+        key = (slot_names, values, submitter if self._claimed else "", self.policy.requirements)
         found = self._autoclusters.get(key)
         if found is not None:
             return found
@@ -345,7 +348,8 @@ class IndexedMatchmaker:
         """The job's match (and the slot's share taken), or why no slot took it."""
         if self._plain is not None:
             return self._plain.match(job)
-        set_submitter(job.ad, job.submitter, self.policy)
+        if self._claimed:
+            set_submitter(job.ad, job.submitter, self.policy)
         self._submitter = job.submitter
         cluster = self._autocluster(job.ad, job.submitter)
         if cluster.rejected is not None:

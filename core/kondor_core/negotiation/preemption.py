@@ -145,8 +145,11 @@ def with_remote_priorities(offers: Sequence[Any], policy: PreemptionPolicy) -> l
     objects."""
     out: list[Any] = []
     for ad in offers:
+        if ad.get("State") != "Claimed":
+            out.append(ad)
+            continue
         user = remote_user(ad)
-        if ad.get("State") != "Claimed" or (user is None and "PreemptingRank" not in ad):
+        if user is None and "PreemptingRank" not in ad:
             out.append(ad)
             continue
         seen = copy.copy(ad)
