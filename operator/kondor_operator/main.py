@@ -19,7 +19,8 @@ Lease `--leader-election-lease` in `--namespace` (see kondor_operator.leader);
 it stops handling and exits when it loses it, and releases it on SIGTERM.
 
 Its requests to the API server are paced as client-go's are (`--kube-qps`,
-`--kube-burst`), and a pass writes up to `--write-concurrency` ExecutionPoints at once.
+`--kube-burst`), and a pass writes up to `--write-concurrency` ExecutionPoints at once
+(the negotiator as many ExecutionJobs).
 """
 
 from __future__ import annotations
@@ -195,7 +196,8 @@ def parser() -> argparse.ArgumentParser:
         "--write-concurrency",
         type=int,
         default=int(_env("write-concurrency", "16") or 1),
-        help="ExecutionPoints a reconcile pass writes at once (default 16)",
+        help="ExecutionPoints a reconcile pass, and ExecutionJobs the negotiator, writes at "
+        "once (default 16)",
     )
     add("-v", "--verbose", action="store_true", default=_flag_bool("verbose", False))
     return p
@@ -285,9 +287,9 @@ def kopf_settings(options: Options) -> kopf.OperatorSettings:
 async def run(options: Options) -> int:
     """Run until SIGTERM/SIGINT (0), until leadership is lost (1), or until kopf fails (2)."""
     configuration = load_configuration(options.kubeconfig, options.context)
-    # A connection each for the writer threads, the negotiator, defrag, the Node watch and the
-    # Lease.
-    configuration.connection_pool_maxsize = options.write_concurrency + 5
+    # A connection each for the writer threads, the negotiator's, defrag, the Node watch and
+    # the Lease.
+    configuration.connection_pool_maxsize = 2 * options.write_concurrency + 5
     api_client = client.ApiClient(configuration)
     metrics = Metrics()
     if options.metrics_port:
@@ -298,7 +300,9 @@ async def run(options: Options) -> int:
         kube, metrics, resync=options.resync, concurrency=options.write_concurrency
     )
     schedd = negotiator.Negotiator(
-        Kube(api_client, instance=options.identity, pacer=pacer), metrics
+        Kube(api_client, instance=options.identity, pacer=pacer),
+        metrics,
+        write_concurrency=options.write_concurrency,
     )
     registry = kopf.OperatorRegistry()
     handlers.register(

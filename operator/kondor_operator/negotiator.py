@@ -28,6 +28,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable, Collection, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -214,8 +215,14 @@ class Negotiator:
         clock: Callable[[], float] = time.time,
         monotonic: Callable[[], float] = time.monotonic,
         debounce: float = 0.5,
+        write_concurrency: int = 1,
     ) -> None:
         self.writer = writer
+        #: Jobs written at once, each job's writes in order (a thousand matches written one
+        #: after the other are a thousand round trips: issue 16).
+        self._pool = ThreadPoolExecutor(
+            max(1, write_concurrency), thread_name_prefix="kondor-negotiator-write"
+        )
         self.metrics = metrics
         self.clock = clock
         self.monotonic = monotonic
@@ -317,6 +324,7 @@ class Negotiator:
                 if e.job.status is not None and e.job.status.cluster_id is not None
             ]
         )
+        follows: list[tuple[str, JobEntry, JobChange]] = []
         for key in sorted(jobs) if cycle else sorted(dirty):
             entry = jobs.get(key)
             if entry is None:
@@ -326,7 +334,9 @@ class Negotiator:
             if change is None:
                 continue
             done.frees |= _frees(entry, change)
-            updated = self._write(entry, change)
+            follows.append((key, entry, change))
+        written = self._write_all([(entry, change) for _key, entry, change in follows])
+        for (key, _entry, _change), updated in zip(follows, written, strict=True):
             if updated is not None:
                 done.written += 1
                 jobs[key] = updated
@@ -347,9 +357,9 @@ class Negotiator:
         done.idle, done.problems = plan.idle, list(plan.problems)
         for problem in plan.problems:
             logger.warning("negotiation: slot not offered: %s", problem)
-        for change in plan.changes:
-            entry = jobs[job_key(change.namespace, change.name)]
-            if self._write(entry, change) is not None:
+        writes = [(jobs[job_key(c.namespace, c.name)], c) for c in plan.changes]
+        for change, updated in zip(plan.changes, self._write_all(writes), strict=True):
+            if updated is not None:
                 done.written += 1
                 if change.execution_point is not None:
                     done.matched += 1
@@ -383,6 +393,13 @@ class Negotiator:
             return None
         self._cluster_id += 1
         return self._cluster_id
+
+    def _write_all(self, writes: list[tuple[JobEntry, JobChange]]) -> list[JobEntry | None]:
+        """`_write` each (job, change), different jobs at once on the pool; the results in
+        order. A write that raised raises here once the others are done."""
+        if len(writes) <= 1:
+            return [self._write(entry, change) for entry, change in writes]
+        return list(self._pool.map(lambda pair: self._write(*pair), writes))
 
     def _write(self, entry: JobEntry, change: JobChange) -> JobEntry | None:
         """Write the change (status, then label); the job as it is afterwards, or None when
