@@ -25,7 +25,7 @@ from kondor_cli.files import (
     load_request,
     load_scenario_file,
 )
-from kondor_cli.render import slot_table, timeline_table
+from kondor_cli.render import slot_table, table, timeline_table
 from kondor_core.api import ExecutionJob
 from kondor_core.config import compile_policy, render_policy
 from kondor_core.errors import KondorError
@@ -80,7 +80,18 @@ def _timeline(args: argparse.Namespace) -> int:
         print(json.dumps(document, indent=2))
     else:
         print(timeline_table(document))
+        if document.get("cod"):
+            print("\nCOD claims:")
+            print(cod_timeline_table(document["cod"]))
     return 0
+
+
+def cod_timeline_table(rows: Sequence[dict[str, Any]]) -> str:
+    """The COD claims' changes of a timeline: when, which claim (and its COD id) on which
+    slot, whose, from and to which state, what the slot's batch claim does then, and why."""
+    headers = ("TIME", "CLAIM", "ID", "SLOT", "USER", "FROM", "STATE", "BATCH", "REASON")
+    keys = ("time", "claim", "id", "slot", "user", "from", "state", "batch", "reason")
+    return table(headers, [[row.get(key, "") for key in keys] for row in rows])
 
 
 def _compile(args: argparse.Namespace) -> int:

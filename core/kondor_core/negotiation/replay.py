@@ -71,6 +71,7 @@ from kondor_core.policy import (
 from kondor_core.policy.model import Fact
 from kondor_core.policy.scenario import Scenario, Step
 from kondor_core.policy.timeline import agent_answer, grown_facts
+from kondor_core.startd.codsim import CodTimeline
 
 #: The annotation that makes a job ignore its soft-kill signal (KillSig).
 IGNORE_SOFT_KILL = "kondor.io/ignore-soft-kill"
@@ -140,6 +141,8 @@ class Replay:
     startd: startd.Startd = field(repr=False, compare=False)
     #: The policy compiler's warnings (knobs Kondor does not implement, ...).
     warnings: tuple[str, ...] = ()
+    #: The COD claims' state changes (`kondor_core.startd.codsim`), with the batch claim's.
+    cod: tuple[dict[str, Any], ...] = ()
 
     def as_dict(self) -> dict[str, Any]:
         """The `kondor simulate --timeline --output json` document; `jobs` is the queue at the
@@ -148,6 +151,7 @@ class Replay:
             "transitions": [transition_dict(t) for t in self.transitions],
             "actions": [{"time": time, **action.as_dict()} for time, action in self.actions],
             "jobs": [job.as_dict() for job in self.jobs],
+            **({"cod": list(self.cod)} if self.cod else {}),
         }
 
 
@@ -197,6 +201,7 @@ class _Driver:
     actions: list[tuple[float, Action]] = field(default_factory=list)
     due: list[tuple[float, str, Event]] = field(default_factory=list)
     last_alive: float = 0.0
+    cod: CodTimeline | None = None
 
     def run(self) -> Replay:
         interval = self.scenario.polling_interval
@@ -217,6 +222,8 @@ class _Driver:
                 self.node, live, now, slot_events=events, machine_events=machine_events
             )
             self.node = result.startd
+            if self.cod is not None:
+                self.cod.tick(self.node, now)
             self.transitions.extend(result.transitions)
             for action in result.actions:
                 self._after(action, now, interval)
@@ -227,6 +234,7 @@ class _Driver:
             self.node.state,
             tuple(self.jobs.values()),
             self.node,
+            cod=tuple(self.cod.rows) if self.cod is not None else (),
         )
 
     # -- steps ---------------------------------------------------------------------------
@@ -247,6 +255,10 @@ class _Driver:
             self._exit(item, now, events)
         elif item.command is not None:
             machine.append(_COMMANDS[item.command])
+        elif item.cod is not None:
+            if self.cod is None:
+                self.cod = CodTimeline(self.scenario.machine.name)
+            self.cod.apply(item.cod, self.node, now)
 
     def _exit(self, item: Step, now: float, events: dict[str, list[Event]]) -> None:
         assert item.exit is not None

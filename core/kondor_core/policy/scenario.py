@@ -98,14 +98,42 @@ class ExitStep(_Model):
     exit_code: int = 0
 
 
+#: condor_cod's verbs a step may give (the reference's "Computing On Demand"), and `exit`:
+#: the claim's application exits on its own.
+CodVerb = Literal[
+    "request", "activate", "suspend", "resume", "renew", "deactivate", "release", "exit"
+]
+
+
+class CodStep(_Model):
+    """A condor_cod command by `user` on the COD claim named `claim` (the name is the
+    scenario's; the startd gives the claim its ID)."""
+
+    claim: Annotated[str, Field(min_length=1)]
+    verb: CodVerb
+    user: Annotated[str, Field(min_length=1)] = "alice"
+    #: request: -name slot1 (a slot of the machine) or -requirements EXPR, -lease N.
+    slot: str | None = None
+    requirements: str | None = None
+    lease: Annotated[float, Field(gt=0, le=MAX_SECONDS)] | None = None
+    #: activate: -keyword K or -jobad (ClassAd text), -cluster, -proc.
+    keyword: str | None = None
+    job_ad: str | None = None
+    cluster: Annotated[int, Field(ge=0)] | None = None
+    proc: Annotated[int, Field(ge=0)] | None = None
+    #: deactivate, release: -fast.
+    fast: bool = False
+
+
 class StepDocument(_Model):
-    """One step: at `at` seconds, exactly one of facts, submit, exit or command."""
+    """One step: at `at` seconds, exactly one of facts, submit, exit, command or cod."""
 
     at: Annotated[float, Field(ge=0, le=MAX_SECONDS)]
     facts: dict[str, Any] | None = None
     submit: FileRef | dict[str, Any] | None = None
     exit: ExitStep | None = None
     command: Command | None = None
+    cod: CodStep | None = None
 
     @field_validator("facts")
     @classmethod
@@ -122,11 +150,14 @@ class StepDocument(_Model):
 
     @model_validator(mode="after")
     def _one_thing(self) -> StepDocument:
-        given = [name for name in ("facts", "submit", "exit", "command") if getattr(self, name)]
+        given = [
+            name for name in ("facts", "submit", "exit", "command", "cod") if getattr(self, name)
+        ]
         if len(given) != 1:
             said = ", ".join(given) if given else "none of them"
             raise ValueError(
-                f"a step does exactly one of facts, submit, exit or command (this one has {said})"
+                f"a step does exactly one of facts, submit, exit or command, or a cod command "
+                f"(this one has {said})"
             )
         return self
 
@@ -162,6 +193,7 @@ class Step:
     submit: ExecutionJob | None = None
     exit: ExitStep | None = None
     command: Command | None = None
+    cod: CodStep | None = None
 
     @property
     def where(self) -> str:
@@ -278,4 +310,5 @@ def _step(index: int, item: StepDocument, read: Reader, problems: list[str]) -> 
         submit=job,
         exit=item.exit,
         command=item.command,
+        cod=item.cod,
     )
