@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
+from kondor_agent.backfill import BackfillRunner
 from kondor_agent.benchmarks import BenchmarkRunner
 from kondor_agent.cod import CodRunner
 from kondor_agent.cron import CronRunner
@@ -46,6 +47,7 @@ from kondor_core.api.meta import format_time
 from kondor_core.config import PolicyError, compile_policy
 from kondor_core.policy import Action, ActionKind, BenchmarksDone, EngineError, Event
 from kondor_core.policy import Activity as EngineActivity
+from kondor_core.policy import State as EngineState
 from kondor_core.slots import LayoutError
 from kondor_core.startd.drain import drain_status, drain_step, resumed
 from kondor_core.startd.power import PowerConfigError, check_interval, power_status
@@ -148,6 +150,8 @@ class Agent:
         #: Power management: the slots' last HIBERNATE agreement and when it was checked.
         self._power: PowerStatus | None = None
         self._power_checked: float | None = None
+        #: Runs the SlotPolicy's backfill process on slots in Backfill; None: not carried out.
+        self.backfill: BackfillRunner | None = None
 
     @property
     def name(self) -> str:
@@ -258,6 +262,9 @@ class Agent:
         if self.jobs is not None:
             for slot, said in self.jobs.events(self.startd).items():
                 events.setdefault(slot, []).extend(said)
+        if self.backfill is not None:
+            for slot, said in self.backfill.events().items():
+                events.setdefault(slot, []).extend(said)
         if self._drain_applied is None:
             self._drain_applied = resumed(spec.drain, self._drain)  # an earlier agent's, done
         drain = drain_step(spec.drain, self._drain_applied)
@@ -272,6 +279,7 @@ class Agent:
             self.jobs.delivered()
         self.startd = result.startd
         self._check_power(live, now)
+        self._stop_stray_backfill()
         for transition in result.transitions:
             log.info(
                 "%s: %s/%s -> %s/%s (%s)",
@@ -345,6 +353,18 @@ class Agent:
             log.info("power: sleep state %s (%s)", agreement.state, agreement.why or "all agree")
         self._power = power_status(agreement, self._power, now)
 
+    def _stop_stray_backfill(self) -> None:
+        """Kill a backfill process whose slot is no longer in Backfill (it moved on before the
+        process's start was told to it, or the slot is gone)."""
+        if self.backfill is None or not self.backfill.running:
+            return
+        assert self.startd is not None
+        backfilling = {
+            slot.name for slot in self.startd.state.slots if slot.state is EngineState.BACKFILL
+        }
+        for slot in self.backfill.running - backfilling:
+            self.backfill.kill(slot)
+
     def _gather_hooks(self, now: float) -> dict[str, list[Event]]:
         """Merge the cron jobs' latest ads and finished benchmarks into the startd; the
         BenchmarksDone events for the slots that were benchmarking."""
@@ -365,14 +385,19 @@ class Agent:
         }
 
     def _carry_out(self, actions: Sequence[Action]) -> list[Action]:
-        """Carry out the jobs' actions and the benchmarks; the actions left (backfill)."""
+        """Carry out the jobs' actions, the benchmarks and backfill; the actions left."""
         assert self.startd is not None
         if self.jobs is not None:
             actions = self.jobs.carry_out(self.startd, actions)
         left = []
+        spec = self._policy.spec.backfill if self._policy is not None else None
         for action in actions:
             if action.kind is ActionKind.RUN_BENCHMARKS and self.benchmarks is not None:
                 self.benchmarks.start()
+            elif action.kind is ActionKind.START_BACKFILL and self.backfill and spec:
+                self.backfill.start(action.slot, spec)
+            elif action.kind is ActionKind.KILL_BACKFILL and self.backfill is not None:
+                self.backfill.kill(action.slot)
             elif action.kind not in _DONE_BY_THE_STARTD:
                 left.append(action)
         return left

@@ -30,6 +30,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
+from kondor_agent.backfill import BackfillRunner
 from kondor_agent.benchmarks import BenchmarkRunner, measure
 from kondor_agent.cron import CronRunner
 from kondor_agent.detect import register as register_detect
@@ -299,6 +300,8 @@ def _publish(args: argparse.Namespace) -> int:
     pods.start()
     if args.state_dir is not None:
         agent.on_written = _StatusFile(args.state_dir).save
+    # Backfill processes are expendable: killed when the agent stops, or by the next agent.
+    agent.backfill = BackfillRunner(launcher.execute_dir / "backfill", launcher.cgroups)
     stop = threading.Event()
 
     def on_signal(_signum: int, _frame: FrameType | None) -> None:
@@ -319,6 +322,7 @@ def _publish(args: argparse.Namespace) -> int:
     jobs.stop()
     cod_claims.stop()
     pods.stop()
+    agent.backfill.kill_all()
     log.info("stopped")
     return 0
 

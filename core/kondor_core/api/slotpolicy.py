@@ -10,6 +10,7 @@ from typing import Annotated, Literal
 
 from pydantic import Field, field_validator
 
+from kondor_core.api.backfill import BackfillSpec
 from kondor_core.api.base import (
     IN_CLASSAD_RANGE,
     AttributeName,
@@ -174,6 +175,11 @@ class SlotPolicySpec(Model):
         description="How pod jobs are sized (KONDOR_POD_MODE): dedicated (requests = limits = "
         "the slot, Guaranteed QoS; the default) or harvest (minimal requests, limits = the "
         "slot, a low PriorityClass: the owner's pods are admitted and job pods evicted first)",
+    )
+    backfill: BackfillSpec | None = Field(
+        default=None,
+        description="The backfill process a slot runs in the Backfill state (START_BACKFILL "
+        "with ENABLE_BACKFILL; killed on EVICT_BACKFILL or a match): one per slot",
     )
     condor_config: str = Field(default="", description="An HTCondor configuration snippet")
 

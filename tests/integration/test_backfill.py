@@ -1,0 +1,95 @@
+"""Backfill on the dev cluster: with ENABLE_BACKFILL and START_BACKFILL true, the node's idle
+static slot enters Backfill and its agent starts the SlotPolicy's backfill process for real
+(Backfill/Busy); a real job matched to the slot evicts it (Backfill/Killing: the process is
+killed) within a polling interval, the job runs, and once it is done the slot backfills
+again with a new process."""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from .conftest import MACHINES, skip_reason
+from .test_jobs_end_to_end import Cluster, eventually, job_cluster, process_job, slot_policy
+
+pytestmark = pytest.mark.timeout(180)
+
+NODE = "kwok-small-0"
+SLOT = f"slot1@{NODE}"
+POLICY = """POLLING_INTERVAL = 1
+SLOT_TYPE_1 = 100%
+NUM_SLOTS_TYPE_1 = 1
+SLOT_TYPE_1_PARTITIONABLE = FALSE
+ENABLE_BACKFILL = TRUE
+START_BACKFILL = $(BACKFILL_NOW)
+EVICT_BACKFILL = FALSE
+"""
+BACKFILL = {"executable": "/bin/sh", "arguments": ["-c", "echo $$ > pid; exec sleep 600"]}
+
+
+@pytest.fixture(scope="module")
+def made(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Cluster, Path]]:
+    reason = skip_reason()
+    if reason:
+        pytest.skip(reason)
+    tmp = tmp_path_factory.mktemp("backfill")
+    policy = slot_policy("backfill", {"kondor.io/pool": "cpu"}, "BACKFILL_NOW = FALSE\n" + POLICY)
+    policy["spec"]["backfill"] = BACKFILL
+    with job_cluster(tmp, [MACHINES / "kwok-small.yaml"], [policy]) as cluster:
+        yield cluster, tmp / "state" / "agents" / NODE / "execute" / "backfill" / f"slot1_{NODE}"
+
+
+def slot_state(cluster: Cluster) -> tuple[str, str]:
+    slot = next(s for s in cluster.slots() if s["name"] == SLOT)
+    return slot["state"], slot["activity"]
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    stat = Path(f"/proc/{pid}/stat")
+    return stat.exists() and stat.read_text().split(") ")[-1][0] != "Z"
+
+
+def backfill_pid(directory: Path) -> int:
+    text = (directory / "pid").read_text().strip() if (directory / "pid").exists() else ""
+    return int(text) if text and alive(int(text)) else 0
+
+
+def test_an_idle_slot_backfills_and_a_matched_job_evicts_the_backfill(
+    made: tuple[Cluster, Path],
+) -> None:
+    cluster, directory = made
+    assert slot_state(cluster) == ("Unclaimed", "Idle")  # START_BACKFILL is false
+    policy = slot_policy("backfill", {"kondor.io/pool": "cpu"}, "BACKFILL_NOW = TRUE\n" + POLICY)
+    policy["spec"]["backfill"] = BACKFILL
+    cluster.apply(policy)
+    eventually(lambda: slot_state(cluster) == ("Backfill", "Busy"), 30, "Backfill/Busy")
+    first = eventually(lambda: backfill_pid(directory), 10, "the backfill process running")
+
+    cluster.apply(process_job("real", "sleep 2; echo real"), user="alice")
+    matched = eventually(
+        lambda: cluster.job("real")["status"].get("slot") == SLOT, 30, "the job matched"
+    )
+    assert matched
+    seen = time.monotonic()
+    eventually(lambda: not alive(first), 5, "the backfill process killed")
+    # Within a polling interval (1 s) of the agent seeing the match, with the time kubectl
+    # took to tell us of the match as slack.
+    assert time.monotonic() - seen < 3.0
+    done = eventually(
+        lambda: (job := cluster.job("real"))["status"].get("jobStatus") == "Completed" and job,
+        60,
+        "the job Completed",
+    )
+    assert done["status"]["exitCode"] == 0
+
+    eventually(lambda: slot_state(cluster) == ("Backfill", "Busy"), 30, "Backfill/Busy again")
+    second = eventually(lambda: backfill_pid(directory), 10, "a new backfill process")
+    assert second != first
