@@ -86,6 +86,15 @@ def test_hooks_prepare_update_and_see_the_exit_of_a_job(cluster: Cluster) -> Non
     assert len(updates) >= 2, updates
     ad = parse_ad(updates[0].read_text(), field="update")
     assert ad["JobState"] == "Running" and ad["NumPids"] >= 1 and ad["JobPid"] > 0
+    for attribute in ("JobStartDate", "RemoteSysCpu", "RemoteUserCpu", "ImageSize"):
+        assert attribute in ad, attribute
+    # STARTER_INITIAL_UPDATE_INTERVAL (1 s) after the start, then every STARTER_UPDATE_INTERVAL
+    # (1 s): the hook's own clock (its file names) against JobStartDate (whole seconds).
+    times = [int(path.name.removeprefix("update-")) / 1e9 for path in updates]
+    assert 0.0 <= times[0] - ad["JobStartDate"] < 3.0, (times[0], ad["JobStartDate"])
+    # A late run does not move the schedule: the mean gap is the interval.
+    mean = (times[-1] - times[0]) / (len(times) - 1)
+    assert 0.7 < mean < 1.6, times
     # JOB_EXIT saw the exit.
     assert (scratch / "exit-how").read_text() == "exit\n"
     exit_ad = parse_ad((scratch / "exit-ad").read_text(), field="exit")
@@ -174,3 +183,25 @@ def test_prepare_job_status_300_returns_the_job_to_idle_and_it_runs_again(
     assert (scratch / "out.txt").read_text() == "second try\n"
     # Its first claim's run went back to Idle: the job was vacated once (LastVacateTime).
     assert status.get("lastVacateTime")
+
+
+BAD_CRONTABS = [
+    ("minute-61", "cronMinute", 61, "cronMinute '61': 61 is outside 0-59"),
+    ("step-0", "cronMinute", "*/0", "a step must be 1 or more"),
+    ("empty-entry", "cronHour", "1,,2", "empty list entry"),
+]
+
+
+@pytest.mark.parametrize(
+    ("case", "field", "value", "says"), BAD_CRONTABS, ids=[c[0] for c in BAD_CRONTABS]
+)
+def test_a_bad_crontab_is_refused_at_apply_naming_field_and_value(
+    cluster: Cluster, case: str, field: str, value: object, says: str
+) -> None:
+    job = process_job(f"bad-cron-{case}", "true", **{field: value})
+    with pytest.raises(AssertionError) as refused:
+        cluster.apply(job, user="alice")
+    assert "denied the request" in str(refused.value)
+    assert says in str(refused.value)
+    with pytest.raises(AssertionError, match="NotFound"):
+        cluster.job(f"bad-cron-{case}")
