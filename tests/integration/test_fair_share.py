@@ -35,7 +35,7 @@ SLOTS = 8
 #: Eight one-core static slots.
 STATIC = f"SLOT_TYPE_1 = cpus=1\nNUM_SLOTS_TYPE_1 = {SLOTS}\nSLOT_TYPE_1_PARTITIONABLE = FALSE\n"
 #: Long enough that a cycle's split can be seen, short enough that the jobs cycle.
-JOB_SECONDS = 20
+JOB_SECONDS = 12
 
 
 class FairCluster:
@@ -338,7 +338,7 @@ def test_a_slot_whose_rank_prefers_alice_preempts_bob_s_job_which_runs_again_lat
     )  # fmt: skip
     try:
         fair.kubectl.apply(process_job("jones-2", "sleep 1", requirements=pinned), user="alice")
-        time.sleep(15)
+        time.sleep(8)  # four negotiation cycles
         statuses = job_statuses(fair)
         assert statuses["tyner"]["jobStatus"] == "Running"
         assert statuses["tyner"]["numJobStarts"] == 2
