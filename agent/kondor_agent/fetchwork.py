@@ -281,6 +281,8 @@ class FetchWork:
         ExecutionJobs labelled with this node (to see an accepted job matched)."""
         macros = node.policy.macros
         self._macros = macros
+        if not any(name.upper().endswith("_HOOK_FETCH_WORK") for name in macros):
+            return None  # no slot fetches: no slot ads built for nothing each cycle
         ads = {ad.name: ad for ad in startd.published_ads(node, {}, now)}
         next_due: float | None = None
         for name, ad in ads.items():

@@ -460,3 +460,20 @@ def test_the_example_spool_hooks_hand_out_take_and_give_back_work(tmp_path: Path
     assert call("FETCH_WORK", "") == ""  # no more work
     call("EVICT_CLAIM", both)
     assert (spool / "7.ad").exists()
+
+
+class NoCalls(HookCaller):
+    def call(self, target: str, stdin: str, **_: Any) -> Any:
+        raise AssertionError(f"{target} was run")
+
+
+def test_a_node_whose_policy_names_no_fetch_hook_fetches_nothing(tmp_path: Path) -> None:
+    agent, recorder, fetch, clock = fetching_node(tmp_path, "T_HOOK_PREPARE_JOB = prepare.sh\n")
+    fetch.caller = NoCalls(tmp_path)
+    for _ in range(3):
+        clock.now += 400
+        agent.wake()
+        agent.step()
+    assert agent.startd is not None and fetch.slots == {}
+    assert (recorder.created, recorder.events) == ([], [])
+    fetch.stop()
