@@ -17,7 +17,8 @@ A hook is a program in the hooks directory (symlinks resolved; its stderr goes t
 agent's log) or an http(s) URL: the hook's stdin is POSTed as `text/plain` ClassAd text, its
 argument (accept/reject) in the `argument` query parameter and the `Kondor-Hook-Argument`
 header, the hook's name in `Kondor-Hook`; the reply body is the hook's output, a 2xx status
-is exit 0 and any other status the exit status; TLS is verified (KONDOR_HOOK_CA_FILE names a
+is exit 0 (204 or an empty body: no work) and any other status the exit status, which for
+FETCH_WORK is a failure rather than "no work"; TLS is verified (KONDOR_HOOK_CA_FILE names a
 CA bundle). Every hook is bounded by its timeout (`<Keyword>_HOOK_<hook>_TIMEOUT`, else
 KONDOR_JOB_HOOK_TIMEOUT, else 60 s). Failures are logged and posted as Events on the
 ExecutionPoint, rate-limited.
@@ -374,6 +375,12 @@ class FetchWork:
             return
         if run.failure is not None:
             self._failed("FetchWorkFailed", run.failure, now)
+            return
+        program = hooks.program(FETCH_WORK) or ""
+        if run.exit_code and is_url(program):
+            # A program's exit status is ignored (the manual); a service's error status is
+            # no "no work": said, as a failure.
+            self._failed("FetchWorkFailed", f"{knob} ({program}) answered {run.exit_code}", now)
             return
         if not run.stdout.strip():
             return  # "If there is no work, the hook should return no output."

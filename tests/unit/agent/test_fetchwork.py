@@ -477,3 +477,17 @@ def test_a_node_whose_policy_names_no_fetch_hook_fetches_nothing(tmp_path: Path)
     assert agent.startd is not None and fetch.slots == {}
     assert (recorder.created, recorder.events) == ([], [])
     fetch.stop()
+
+
+def test_a_work_service_answering_an_error_is_an_event_and_no_work(
+    tmp_path: Path, serve: Callable[..., Served]
+) -> None:
+    served = serve(lambda _p, _h, _b: (503, JOB))
+    config = HOOKS.replace("fetch.sh", f"{served.url}/fetch")
+    agent, recorder, fetch, _ = fetching_node(tmp_path, config)
+    steps_until(agent, lambda: recorder.events, "an Event")
+    assert recorder.events == [
+        ("FetchWorkFailed", f"T_HOOK_FETCH_WORK ({served.url}/fetch) answered 503")
+    ]
+    assert recorder.created == []
+    fetch.stop()
