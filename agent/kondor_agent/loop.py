@@ -49,7 +49,7 @@ from kondor_core.policy import Action, ActionKind, BenchmarksDone, EngineError, 
 from kondor_core.policy import Activity as EngineActivity
 from kondor_core.policy import State as EngineState
 from kondor_core.slots import LayoutError
-from kondor_core.startd.drain import drain_status, drain_step, resumed
+from kondor_core.startd.drain import drain_status, drain_step, exited, resumed
 from kondor_core.startd.power import PowerConfigError, check_interval, power_status
 from kondor_core.startd.power import evaluate as evaluate_hibernate
 
@@ -256,6 +256,9 @@ class Agent:
         if self.startd is None:
             self._observe_nothing(now)
             return
+        if exited(spec.drain, self._drain):
+            self._serve_nothing_after_exit(now)
+            return
         live = self.live(now)
         self.coalescer.volatile = self.coalescer.volatile | frozenset(live)
         events = self._gather_hooks(now)
@@ -352,6 +355,22 @@ class Agent:
         if self._power is None or agreement.state != self._power.sleep_state:
             log.info("power: sleep state %s (%s)", agreement.state, agreement.why or "all agree")
         self._power = power_status(agreement, self._power, now)
+
+    def _serve_nothing_after_exit(self, now: float) -> None:
+        """condor_drain -exit-on-completion, carried out: as an exited startd's ads leave the
+        collector, the node publishes no slots (so nothing is matched to it) until the drain
+        is cancelled or replaced; the drain's status stays to say why."""
+        self._condition(
+            now,
+            "False",
+            "Exited",
+            "the startd exited after draining (-exit-on-completion); "
+            f"`kubectl kondor drain -cancel {self.name}` brings the node back",
+        )
+        self.metrics.set_slots(())
+        self._observe_status(
+            now, ExecutionPointStatus(conditions=self.conditions, drain=self._drain)
+        )
 
     def _stop_stray_backfill(self) -> None:
         """Kill a backfill process whose slot is no longer in Backfill (it moved on before the

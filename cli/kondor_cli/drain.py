@@ -1,7 +1,7 @@
 """`kubectl kondor drain`: condor_drain for ExecutionPoints.
 
-    kubectl kondor drain [-graceful | -quick | -fast] [-reason TEXT] [-resume-on-completion]
-                         [-check EXPR] NODE ...
+    kubectl kondor drain [-graceful | -quick | -fast] [-reason TEXT]
+                         [-resume-on-completion | -exit-on-completion] [-check EXPR] NODE ...
     kubectl kondor drain -cancel NODE ...
 
 The request is written to the ExecutionPoint's `spec.drain` (a JSON merge patch; the operator
@@ -9,13 +9,15 @@ never touches that field) and the node's agent carries it out along the startd's
 transitions: `-graceful` (the default) lets running jobs finish within their
 MaxJobRetirementTime, `-quick` vacates them at once within MachineMaxVacateTime, `-fast` kills
 them. While draining no slot takes a new job; once every slot is Drained the node stays so until
-`-cancel`, or runs jobs again at once with `-resume-on-completion`. `-check EXPR` drains only if
-EXPR is true for every slot of the node (evaluated here, in each slot's ad as published).
-`kubectl get xp` and the status's `drain` show how it goes.
+`-cancel`, or runs jobs again at once with `-resume-on-completion`, or, with
+`-exit-on-completion`, its startd exits: the drain shows Exited, the node publishes no slots and
+takes no job (as an exited startd's ads leave the collector) until `-cancel`; the agent itself
+stays up under its DaemonSet, so that `-cancel` brings the node back without a restart.
+`-check EXPR` drains only if EXPR is true for every slot of the node (evaluated here, in each
+slot's ad as published). `kubectl get xp` and the status's `drain` show how it goes.
 
-condor_drain's `-start` (a START expression while draining) and `-exit-on-completion` (the
-startd exits) are not offered: this version's startd has no START override for drains, and an
-agent that exited would be restarted by its DaemonSet at once. Both are refused with that reason.
+condor_drain's `-start` (a START expression while draining) is not offered: this version's
+startd has no START override for drains. It is refused with that reason.
 """
 
 from __future__ import annotations
@@ -38,8 +40,6 @@ from kondor_core.classads import ExpressionError, parse_expr
 _UNSUPPORTED = {
     "start": "-start is not supported: this version's startd has no START override while "
     "draining (no job starts on a draining node)",
-    "exit_on_completion": "-exit-on-completion is not supported: the agent runs under a "
-    "DaemonSet, which would start it again at once; use -cancel when done",
 }
 
 
@@ -92,6 +92,7 @@ def drain_request(args: argparse.Namespace, user: str, now: float) -> dict[str, 
     request: dict[str, Any] = {
         "mode": args.mode,
         "resumeOnCompletion": bool(args.resume_on_completion),
+        "exitOnCompletion": bool(args.exit_on_completion),
         "requestedAt": format_time(now),
         "requestedBy": user,
     }
@@ -169,14 +170,18 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     how.add_argument("-cancel", action="store_true", help="stop draining the nodes")
     parser.set_defaults(mode="graceful")
     parser.add_argument("-reason", help="why (shown in the ExecutionPoint's status)")
-    parser.add_argument(
+    completion = parser.add_mutually_exclusive_group()
+    completion.add_argument(
         "-resume-on-completion",
         dest="resume_on_completion",
         action="store_true",
         help="run jobs again once every slot is drained",
     )
-    parser.add_argument(
-        "-exit-on-completion", dest="exit_on_completion", action="store_true", help="refused"
+    completion.add_argument(
+        "-exit-on-completion",
+        dest="exit_on_completion",
+        action="store_true",
+        help="once every slot is drained, the startd exits: no slots until -cancel",
     )
     parser.add_argument("-check", help="drain only if this is true for every slot")
     parser.add_argument("-start", help="refused (see the description)")

@@ -1,16 +1,23 @@
 """condor_drain on the dev cluster: `kubectl kondor drain` writes the request to the
 ExecutionPoint, the node's agent drains along the startd's transitions (a graceful drain lets
-the running job finish within its retirement time, and no new job starts), `kubectl get xp`
-shows it Drained, and `-cancel` makes the node run jobs again."""
+the running job finish within its retirement time, and no new job starts; -quick vacates it at
+once with its soft kill, -fast kills it), `kubectl get xp` shows it Drained, `-cancel` makes the
+node run jobs again, -resume-on-completion does so by itself, and -exit-on-completion leaves
+the node publishing no slots until -cancel."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
 
 import pytest
 
 from .conftest import MACHINES, skip_reason
 from .test_jobs_end_to_end import Cluster, eventually, job_cluster, process_job, slot_policy
+
+pytestmark = pytest.mark.timeout(180)
 
 NODE = "kwok-small-0"
 POLICY = """POLLING_INTERVAL = 1
@@ -78,3 +85,79 @@ def test_a_graceful_drain_lets_the_job_finish_then_the_node_is_drained(cluster: 
 def test_users_may_not_drain_nodes(cluster: Cluster) -> None:
     with pytest.raises(AssertionError, match=r"forbidden|cannot patch"):
         cluster.kubectl("kondor", "drain", NODE, user="alice")
+
+
+def trapping_job(name: str, flag: Path) -> dict[str, Any]:
+    """A job that says in `flag` when it is asked to vacate (SIGTERM), and ends at once."""
+    return process_job(name, f'trap "echo TERM > {flag}; exit 0" TERM; sleep 600 & wait')
+
+
+def drained_and_cancelled(cluster: Cluster, job: str) -> None:
+    eventually(lambda: states(cluster) == {("Drained", "Idle")}, 30, "every slot Drained")
+    cluster.kubectl("delete", "executionjob", job, "-n", "default")
+    cluster.kubectl("kondor", "drain", "-cancel", NODE)
+    eventually(lambda: states(cluster) == {("Unclaimed", "Idle")}, 30, "the slots back")
+
+
+@pytest.mark.parametrize(("mode", "vacated"), [("quick", True), ("fast", False)])
+def test_quick_vacates_at_once_and_fast_kills(
+    cluster: Cluster, tmp_path: Path, mode: str, vacated: bool
+) -> None:
+    flag = tmp_path / "vacated"
+    cluster.apply(trapping_job(mode, flag), user="alice")
+    eventually(lambda: cluster.job(mode)["status"].get("jobStatus") == "Running", 60, "Running")
+    started = time.monotonic()
+    cluster.kubectl("kondor", "drain", f"-{mode}", NODE)
+    # MAXJOBRETIREMENTTIME is an hour: only -quick and -fast end the job now.
+    evicted = eventually(
+        lambda: (job := cluster.job(mode))["status"].get("jobStatus") == "Idle" and job,
+        20,
+        "the job evicted back to Idle",
+    )
+    assert time.monotonic() - started < 15
+    assert evicted["status"]["numJobStarts"] == 1
+    assert flag.exists() is vacated  # -quick sends the soft kill; -fast kills outright
+    drained_and_cancelled(cluster, mode)
+
+
+def test_resume_on_completion_runs_jobs_again(cluster: Cluster) -> None:
+    cluster.kubectl("kondor", "drain", "-resume-on-completion", "-fast", NODE)
+    eventually(
+        lambda: (
+            cluster.get("executionpoints", NODE, None)["status"].get("drain", {}).get("state")
+            == "Resumed"
+        ),
+        30,
+        "the drain Resumed",
+    )
+    assert states(cluster) == {("Unclaimed", "Idle")}
+    cluster.kubectl("kondor", "drain", "-cancel", NODE)  # the request leaves the spec
+
+
+def test_exit_on_completion_serves_no_slots_until_cancelled(cluster: Cluster) -> None:
+    cluster.kubectl("kondor", "drain", "-exit-on-completion", NODE)
+
+    def exited() -> bool:
+        status = cluster.get("executionpoints", NODE, None)["status"]
+        return status.get("drain", {}).get("state") == "Exited" and not status.get("slots")
+
+    eventually(exited, 30, "the startd Exited, no slots published")
+    ready = next(
+        c
+        for c in cluster.get("executionpoints", NODE, None)["status"]["conditions"]
+        if c["type"] == "Ready"
+    )
+    assert (ready["status"], ready["reason"]) == ("False", "Exited")
+    cluster.apply(process_job("after-exit", "echo ran"), user="alice")
+    time.sleep(4)  # two negotiation cycles: nothing to match it to
+    assert cluster.job("after-exit")["status"].get("jobStatus") == "Idle"
+
+    cluster.kubectl("kondor", "drain", "-cancel", NODE)
+    ran = eventually(
+        lambda: (
+            (job := cluster.job("after-exit"))["status"].get("jobStatus") == "Completed" and job
+        ),
+        60,
+        "the job run once the drain is cancelled",
+    )
+    assert ran["status"]["exitCode"] == 0

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from kondor_core.api.base import ClassAdExpr, Condition, Model
 
@@ -31,6 +31,11 @@ class DrainRequest(Model):
         default=False,
         description="-resume-on-completion: once every slot is drained, run jobs again",
     )
+    exit_on_completion: bool = Field(
+        default=False,
+        description="-exit-on-completion: once every slot is drained the node's startd exits: "
+        "its agent publishes no slots and takes no job until the drain is cancelled",
+    )
     check: ClassAdExpr | None = Field(
         default=None, description="-check: the drain was asked only if this held for every slot"
     )
@@ -38,6 +43,14 @@ class DrainRequest(Model):
         description="When it was asked (RFC 3339); a new time is a new request"
     )
     requested_by: str = Field(default="", description="Who asked (the API user)")
+
+    @model_validator(mode="after")
+    def _one_completion(self) -> DrainRequest:
+        if self.resume_on_completion and self.exit_on_completion:
+            raise ValueError(
+                "resumeOnCompletion and exitOnCompletion: at most one of them may be true"
+            )
+        return self
 
 
 class ExecutionPointSpec(Model):
@@ -56,9 +69,10 @@ class DrainStatus(Model):
     requested_at: str = Field(description="The request this is about (spec.drain.requestedAt)")
     mode: str
     reason: str = ""
-    state: Literal["Draining", "Drained", "Resumed"] = Field(
+    state: Literal["Draining", "Drained", "Resumed", "Exited"] = Field(
         description="Draining: jobs are retiring or being vacated; Drained: every slot is "
-        "Drained; Resumed: drained, then running jobs again (-resume-on-completion)"
+        "Drained; Resumed: drained, then running jobs again (-resume-on-completion); Exited: "
+        "drained, and the startd exited (-exit-on-completion): no slots until -cancel"
     )
     since: str = Field(description="When it entered this state (RFC 3339)")
 

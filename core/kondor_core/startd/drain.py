@@ -5,7 +5,8 @@ The request is declarative: the startd drains while `spec.drain` names a request
 with a new `requestedAt` replaces the one before (cancel, then drain again), and its removal
 cancels the drain (condor_drain -cancel). Which request the startd was given is remembered by
 its `requestedAt`, so an agent that restarts gives its fresh startd the same drain again, and
-a drain that already resumed (-resume-on-completion) is not repeated.
+a drain that already resumed (-resume-on-completion) is not repeated. A drain with
+-exit-on-completion ends Exited: the agent stops serving the node (`exited`).
 """
 
 from __future__ import annotations
@@ -45,14 +46,15 @@ def drain_status(
     now: float,
 ) -> DrainStatus | None:
     """The drain's state for the ExecutionPoint's status: Draining until every slot is
-    Drained, then Drained, or Resumed once a -resume-on-completion drain has finished."""
+    Drained, then Drained, or Resumed once a -resume-on-completion drain has finished, or
+    Exited once an -exit-on-completion one has (that state stays until the request goes)."""
     if requested is None:
         return None
-    state: Literal["Draining", "Drained", "Resumed"]
+    state: Literal["Draining", "Drained", "Resumed", "Exited"]
     if machine.draining is None:
         state = "Resumed"
     elif machine.slots and all(slot.state is State.DRAINED for slot in machine.slots):
-        state = "Drained"
+        state = "Exited" if requested.exit_on_completion else "Drained"
     else:
         state = "Draining"
     same = previous is not None and previous.requested_at == requested.requested_at
@@ -67,6 +69,20 @@ def drain_status(
         reason=requested.reason,
         state=state,
         since=format_time(now),
+    )
+
+
+def exited(requested: DrainRequest | None, status: DrainStatus | None) -> bool:
+    """Whether the node's startd exited for this request (-exit-on-completion, carried out):
+    its agent then publishes no slots and claims nothing until the request is cancelled or
+    replaced (condor_drain's startd exits; on Kubernetes the agent stays up, so that -cancel
+    brings the node back without a restart)."""
+    return (
+        requested is not None
+        and requested.exit_on_completion
+        and status is not None
+        and status.requested_at == requested.requested_at
+        and status.state == "Exited"
     )
 
 

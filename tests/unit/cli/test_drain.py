@@ -84,7 +84,6 @@ def test_check_must_hold_for_every_slot(capsys: pytest.CaptureFixture[str]) -> N
     [
         (["-check", "Cpus >", "n1"], "-check 'Cpus >'"),
         (["-start", "True", "n1"], "-start is not supported"),
-        (["-exit-on-completion", "n1"], "-exit-on-completion is not supported"),
     ],
 )
 def test_what_cannot_be_done_is_refused_with_the_reason(
@@ -108,3 +107,15 @@ def test_an_unknown_node_is_said_and_the_others_drained(
 def test_modes_exclude_each_other() -> None:
     with pytest.raises(SystemExit):
         run(FakeApi(), "-fast", "-cancel", "n1")
+    with pytest.raises(SystemExit):
+        run(FakeApi(), "-resume-on-completion", "-exit-on-completion", "n1")
+
+
+def test_exit_on_completion_is_asked_in_the_request() -> None:
+    api = FakeApi(ep("n1", [1]))
+    assert run(api, "-exit-on-completion", "n1") == 0
+    ((name, patch),) = api.patches
+    assert name == "n1"
+    request = patch["spec"]["drain"]
+    assert (request["exitOnCompletion"], request["resumeOnCompletion"]) == (True, False)
+    assert DrainRequest.model_validate(request).exit_on_completion

@@ -16,11 +16,12 @@ from kondor_core.policy import (
     CancelDrain,
     Drain,
     DrainMode,
+    Event,
     JobExited,
     JobGone,
     Match,
 )
-from kondor_core.startd.drain import drain_status, drain_step, resumed
+from kondor_core.startd.drain import drain_status, drain_step, exited, resumed
 
 
 def request(at: str = "2026-11-23T10:00:00Z", **fields: Any) -> DrainRequest:
@@ -65,7 +66,7 @@ def node_with_a_job(retirement: int) -> startd.Startd:
         SlotPolicySpec.model_validate({"condorConfig": f"MAXJOBRETIREMENTTIME = {retirement}"})
     )
     node = startd.tick(startd.start(machine, policy, 0), {}, 0).startd
-    events = {
+    events: dict[str, list[Event]] = {
         "slot1@n": [Match("c1", job_ad(ExecutionJobSpec(), "j"), job_id="j"), ActivateClaim()]
     }
     return startd.tick(node, {}, 1, slot_events=events).startd
@@ -127,3 +128,24 @@ def test_resume_on_completion_is_not_repeated_by_a_restarted_agent() -> None:
     assert (
         resumed(wanted, DrainStatus.model_validate({**status.dump(), "state": "Drained"})) is None
     )
+
+
+def test_exit_on_completion_ends_exited_until_the_request_goes() -> None:
+    wanted = request(exitOnCompletion=True, mode="fast")
+    node = node_with_a_job(retirement=3600)
+    node = startd.tick(node, {}, 2, machine_events=drain_step(wanted, None).events).startd
+    status = drain_status(wanted, node.state, None, 2)
+    assert status is not None and status.state == "Draining" and not exited(wanted, status)
+    node = startd.tick(node, {}, 3, slot_events={"slot1_1@n": [JobGone()]}).startd
+    node = startd.tick(node, {}, 4).startd
+    status = drain_status(wanted, node.state, status, 4)
+    assert status is not None and status.state == "Exited"
+    assert node.state.draining is not None  # the slots stay Drained: nothing resumes
+    assert exited(wanted, status)
+    assert not exited(None, status)  # cancelled
+    assert not exited(request("2026-11-23T12:00:00Z", exitOnCompletion=True), status)  # replaced
+
+
+def test_resume_and_exit_on_completion_exclude_each_other() -> None:
+    with pytest.raises(ValueError, match="at most one of them"):
+        request(resumeOnCompletion=True, exitOnCompletion=True)
