@@ -325,6 +325,9 @@ class FetchWork:
                 assert slot.last_done is not None
                 due = slot.last_done + delay
                 next_due = due if next_due is None else min(next_due, due)
+        for gone in [name for name, slot in self.slots.items() if name not in ads]:
+            if self.slots[gone].pending is None:  # a released dynamic slot
+                del self.slots[gone]
         return next_due
 
     def _still_awaiting(self, slot: _Slot, jobs: Mapping[str, Any], now: float) -> bool:

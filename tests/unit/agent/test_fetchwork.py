@@ -491,3 +491,14 @@ def test_a_work_service_answering_an_error_is_an_event_and_no_work(
     ]
     assert recorder.created == []
     fetch.stop()
+
+
+def test_a_released_slot_is_forgotten(hooks: Path) -> None:
+    agent, _, fetch, _ = fetching_node(hooks, HOOKS)
+    agent.step()
+    gone = f"slot1_9@{NODE}"  # a dynamic slot since released
+    fetch.slots[gone] = type(fetch.slots[f"slot1@{NODE}"])()
+    agent.wake()
+    agent.step()
+    assert gone not in fetch.slots and f"slot1@{NODE}" in fetch.slots
+    fetch.stop()
