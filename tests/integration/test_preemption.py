@@ -167,3 +167,68 @@ def test_nice_job_runs_last_is_preempted_first_then_alice_s_for_bob(pool: FairCl
     last = job_statuses(pool)
     assert running(last) == running(second)
     assert last["bob-2"]["jobStatus"] == "Idle" and not last["bob-2"].get("claimId")
+
+
+PSLOT_NODE = "kwok-pslot-0"
+
+
+def test_pslot_preemption_vacates_dynamic_slots_until_the_job_fits(pool: FairCluster) -> None:
+    """ALLOW_PSLOT_PREEMPTION: carol's two-core job on a four-core partitionable slot whose
+    four one-core dynamic slots run bob's jobs: two of them are preempted together, and her
+    job runs on the cores they give back."""
+    for user in ("alice", "bob", "carol"):  # the first test's jobs leave the slots
+        with contextlib.suppress(AssertionError):  # none left: condor_rm says so, exit 1
+            pool.kubectl.kubectl("kondor", "rm", "-all", user=user)
+    patch = {
+        "spec": {
+            "negotiatorConsiderPreemption": True,
+            "allowPslotPreemption": True,
+            "priorityFactors": {"alice": 10000, "bob": 10000},
+        }
+    }
+    pool.kubectl.kubectl("patch", "pools", "default", "--type", "merge", "-p", json.dumps(patch))
+    machine = pool.tmp / "kwok-pslot.yaml"
+    machine.write_text(
+        yaml.safe_dump(
+            {
+                "name": PSLOT_NODE,
+                "cpus": 4,
+                "memory": "4Gi",
+                "disk": 104857600,
+                "labels": {"kondor.io/pool": "pslot"},
+            }
+        )
+    )
+    pool.kubectl.apply(slot_policy("pslot", {"kondor.io/pool": "pslot"}, "NUM_CPUS = 4\n"))
+    pool.dev.add_machines([machine])
+    eventually(
+        lambda: (
+            [
+                s["state"]
+                for s in pool.kubectl.get("executionpoints", PSLOT_NODE, None)["status"]["slots"]
+            ]
+            == ["Unclaimed"]
+        ),
+        90,
+        f"{PSLOT_NODE}'s partitionable slot Unclaimed",
+    )
+    pinned = f'Machine == "{PSLOT_NODE}"'
+    bob = [process_job(f"narrow-{i}", LONG, requirements=pinned) for i in range(4)]
+    pool.kubectl.apply({"apiVersion": "v1", "kind": "List", "items": bob}, user="bob")
+    names = [f"narrow-{i}" for i in range(4)]
+    eventually(lambda: running(job_statuses(pool)) >= set(names), 60, "bob's four jobs running")
+
+    wide = process_job("wide", LONG, requirements=pinned, requestCpus=2)
+    pool.kubectl.apply(wide, user="carol")
+    done = eventually(
+        lambda: (s := job_statuses(pool)) and "wide" in running(s) and s, 60, "carol's job running"
+    )
+    assert done["wide"]["preemption"] == "UserPriority"
+    victims = done["wide"]["preemptSlots"]
+    assert len(victims) == 2 and all(v.startswith("slot1_") for v in victims)
+    vacated = sorted(n for n in names if done[n]["jobStatus"] == "Idle")
+    assert len(vacated) == 2
+    assert all(done[n]["numJobStarts"] == 1 and done[n].get("lastVacateTime") for n in vacated)
+    assert len(running(done) & set(names)) == 2
+    slots = pool.kubectl.get("executionpoints", PSLOT_NODE, None)["status"]["slots"]
+    assert sorted(s["cpus"] for s in slots if s["state"] == "Claimed") == [1, 1, 2]
