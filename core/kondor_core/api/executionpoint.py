@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field
 
 from kondor_core.api.base import ClassAdExpr, Condition, Model
 
@@ -34,7 +34,8 @@ class DrainRequest(Model):
     exit_on_completion: bool = Field(
         default=False,
         description="-exit-on-completion: once every slot is drained the node's startd exits: "
-        "its agent publishes no slots and takes no job until the drain is cancelled",
+        "its agent publishes no slots and takes no job until the drain is cancelled (wins over "
+        "resumeOnCompletion; `kubectl kondor drain` refuses both)",
     )
     check: ClassAdExpr | None = Field(
         default=None, description="-check: the drain was asked only if this held for every slot"
@@ -43,14 +44,6 @@ class DrainRequest(Model):
         description="When it was asked (RFC 3339); a new time is a new request"
     )
     requested_by: str = Field(default="", description="Who asked (the API user)")
-
-    @model_validator(mode="after")
-    def _one_completion(self) -> DrainRequest:
-        if self.resume_on_completion and self.exit_on_completion:
-            raise ValueError(
-                "resumeOnCompletion and exitOnCompletion: at most one of them may be true"
-            )
-        return self
 
 
 class ExecutionPointSpec(Model):

@@ -34,7 +34,9 @@ def drain_step(requested: DrainRequest | None, applied: str | None) -> DrainStep
         return DrainStep((CancelDrain(),) if applied is not None else (), None)
     if requested.requested_at == applied:
         return DrainStep((), applied)
-    drain = Drain(DrainMode(requested.mode), resume_on_completion=requested.resume_on_completion)
+    # -exit-on-completion wins over -resume-on-completion (condor_drain takes one of them).
+    resume = requested.resume_on_completion and not requested.exit_on_completion
+    drain = Drain(DrainMode(requested.mode), resume_on_completion=resume)
     events: tuple[Event, ...] = (CancelDrain(), drain) if applied is not None else (drain,)
     return DrainStep(events, requested.requested_at)
 

@@ -146,6 +146,6 @@ def test_exit_on_completion_ends_exited_until_the_request_goes() -> None:
     assert not exited(request("2026-11-23T12:00:00Z", exitOnCompletion=True), status)  # replaced
 
 
-def test_resume_and_exit_on_completion_exclude_each_other() -> None:
-    with pytest.raises(ValueError, match="at most one of them"):
-        request(resumeOnCompletion=True, exitOnCompletion=True)
+def test_exit_on_completion_wins_over_resume_on_completion() -> None:
+    both = request(resumeOnCompletion=True, exitOnCompletion=True)
+    assert drain_step(both, None).events == (Drain(DrainMode.GRACEFUL),)
