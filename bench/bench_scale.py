@@ -24,10 +24,11 @@ jobs started per second, the time until the pool is full, the API server's write
 (apiserver_request_total over the phase, split into the submission's own creates, kwok's pod
 status and the nodes' heartbeats, and the rest: the system's own writes), the CPU (cores,
 /proc/<pid>/stat) and peak memory of the system's own processes, and fairness: each user's share
-of the running jobs just before the first job ends (the pool full, nobody's usage freed yet)
-against the share its effective priority gives it (Kondor: the Pool's accountant, 1 / EUP;
-the peers have no user priority: equal shares). Kondor's negotiation cycles are read from the
-operator's metrics. Every job must run exactly once (one pod each) and end Succeeded.
+of the running jobs when the pool first filled (or just before the first job ended, if
+sooner) against its due share: every user has the same priority factor, so the same share
+(the accountant's effective priorities at that time are recorded beside it). Kondor's
+negotiation cycles are read from the operator's metrics. Every job must run exactly once (one
+pod each) and end Succeeded.
 
 Printed as one table with ratios (Kondor ÷ peer), written as JSON with a PNG plot of running
 jobs over time per system (`--out`, default bench/results/). Exits 1 when a target of issue 16
@@ -128,13 +129,18 @@ def time_to_reach(series: Sequence[tuple[float, int]], count: int) -> float | No
 
 
 def shares_before_first_end(
-    starts: Mapping[str, float], ends: Mapping[str, float], users: Mapping[str, str]
+    starts: Mapping[str, float],
+    ends: Mapping[str, float],
+    users: Mapping[str, str],
+    full_at: float | None = None,
 ) -> dict[str, int]:
-    """Running jobs per user just before the first job ended (all of them if none ended)."""
+    """Running jobs per user when the pool first filled (`full_at`), or just before the first
+    job ended if that came first (all of them if none ended)."""
     first_end = min(ends.values(), default=float("inf"))
+    until = first_end if full_at is None else min(first_end, full_at)
     counts: Counter[str] = Counter()
     for job, when in starts.items():
-        if when < first_end:
+        if when < until or (when == until and until != first_end):
             counts[users[job]] += 1
     return dict(counts)
 
@@ -529,10 +535,11 @@ class Bench:
         series = running_series(phase.starts, phase.ends)
         all_running = max(phase.starts.values(), default=float("nan"))
         full = min(self.slots, self.jobs)
-        weights = phase.figures.pop("weights", None) or {
-            user_name(i): 1.0 for i in range(self.users)
-        }
-        running = shares_before_first_end(phase.starts, phase.ends, phase.users)
+        # Every user has the same priority factor, so each is due the same share; the
+        # accountant's effective priorities are kept beside it (they start equal).
+        weights = {user_name(i): 1.0 for i in range(self.users)}
+        full_at = time_to_reach(series, int(full * 0.95))
+        running = shares_before_first_end(phase.starts, phase.ends, phase.users, full_at)
         figures = phase.figures
         figures.update(
             {
@@ -544,7 +551,7 @@ class Bench:
                 "submit_s": phase.submitted_s,
                 "all_running_s": all_running,
                 "started_per_s": len(phase.starts) / all_running if all_running > 0 else 0.0,
-                "pool_full_s": time_to_reach(series, int(full * 0.95)),
+                "pool_full_s": full_at,
                 "peak_running": max((r for _, r in series), default=0),
                 "phase_s": elapsed,
                 "writes": whose,
@@ -572,7 +579,7 @@ class Bench:
                 "kondor_operator_negotiation_matches_total", 0
             ) - operator_before.get("kondor_operator_negotiation_matches_total", 0)
             figures["matched_per_s"] = figures["matches"] / all_running if all_running > 0 else 0.0
-            figures["weights"] = weights
+            figures["effective_priorities"] = figures.pop("priorities", None)
         self.say(
             f"{TITLES[system]}: all running after {all_running:.1f}s, "
             f"{figures['writes_per_job']:.2f} own writes per job"
@@ -580,8 +587,8 @@ class Bench:
         return phase
 
     async def watch_priorities(self, phase: Phase) -> None:
-        """The accountant's effective priorities just before the first job ends (1 / EUP is
-        each submitter's due share), and the slowest negotiation cycle seen."""
+        """The accountant's effective priorities just before the first job ends, and the
+        slowest negotiation cycle seen."""
         slowest = 0.0
         while True:
             with contextlib.suppress(httpx.HTTPError, KeyError, ValueError):
@@ -596,13 +603,11 @@ class Bench:
                 phase.figures["negotiation_cycle_max_s"] = slowest
                 if not phase.ends:
                     users = status.get("users") or []
-                    weights = {
-                        str(u["name"]).split("@")[0]: 1.0 / float(u["effectivePriority"])
-                        for u in users
-                        if float(u.get("effectivePriority") or 0) > 0
+                    priorities = {
+                        str(u["name"]): float(u.get("effectivePriority") or 0) for u in users
                     }
-                    if weights:
-                        phase.figures["weights"] = weights
+                    if priorities:
+                        phase.figures["priorities"] = priorities
             await asyncio.sleep(2.0)
 
 
@@ -631,6 +636,10 @@ def start_shards(
                 str(ready),
                 "--stagger",
                 "10",
+                # Steps wait on the API server (claim, ConfigMap, Pod, status): a real fleet
+                # does them on every node at once.
+                "--workers",
+                "16",
                 *part,
             ],
             stdout=log,

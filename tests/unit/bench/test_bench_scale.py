@@ -106,3 +106,10 @@ def test_every_system_gets_the_same_pod_one_core_one_gib_thirty_seconds() -> Non
     for labels_and_annotations in (template["metadata"], pod["metadata"]):
         assert labels_and_annotations["annotations"] == {"kondor.io/sim-duration": "30s"}
         assert labels_and_annotations["labels"]["bench.kondor.io/user"] == "user-01"
+
+
+def test_shares_are_taken_when_the_pool_fills_if_that_comes_first() -> None:
+    starts = {"a": 1.0, "b": 2.0, "c": 3.0, "d": 4.0}
+    users = {"a": "u1", "b": "u2", "c": "u1", "d": "u1"}
+    assert shares_before_first_end(starts, {"a": 5.0}, users, full_at=2.0) == {"u1": 1, "u2": 1}
+    assert shares_before_first_end(starts, {"a": 3.5}, users, full_at=None) == {"u1": 2, "u2": 1}
