@@ -25,7 +25,12 @@ from kopf._core.engines.admission import build_webhooks
 from kondor_agent.main import build_parser
 from kondor_operator.handlers import VALIDATE_ID
 from kondor_operator.main import parse_options
-from kondor_operator.webhook import MUTATE_JOB_ID, VALIDATE_JOB_ID, register_job_admission
+from kondor_operator.webhook import (
+    MUTATE_JOB_ID,
+    VALIDATE_JOB_ID,
+    hook_checks,
+    register_job_admission,
+)
 
 # Fetching helm the first time downloads ~35 MB.
 pytestmark = pytest.mark.timeout(300)
@@ -86,7 +91,10 @@ def test_namespaced_objects_land_in_the_release_namespace(objects: list[dict[str
     for o in objects:
         if o["kind"] in cluster_scoped:
             assert "namespace" not in o["metadata"], o["metadata"]
-        elif o["metadata"]["name"] != f"{OPERATOR}-events":  # Events about Nodes live in default
+        elif o["metadata"]["name"] in (f"{OPERATOR}-events", f"{AGENT}-events"):
+            # Events about Nodes and ExecutionPoints (cluster-scoped) live in default.
+            assert o["metadata"]["namespace"] == "default", o["metadata"]
+        else:
             assert o["metadata"]["namespace"] == NAMESPACE, o["metadata"]
 
 
@@ -129,6 +137,35 @@ def test_operator_flags_parse_and_mean_what_the_chart_says(objects: list[dict[st
     assert mounts["webhook-tls"]["mountPath"] == str(options.webhook.cert.parent)
     volumes = {v["name"]: v for v in deployment["spec"]["template"]["spec"]["volumes"]}
     assert volumes["webhook-tls"]["secret"]["secretName"] == "t-kondor-webhook-tls"
+
+
+def test_operator_checks_hook_paths_in_the_agents_hooks_directory(
+    objects: list[dict[str, Any]], helm: Path
+) -> None:
+    """SlotPolicy admission resolves hook symlinks in the agents' hooks directory
+    (KONDOR_HOOKS_DIR, `kondor_operator.webhook.hook_checks`): mounted read-only from the
+    host path the agents mount, where the env var says."""
+    deployment = find(objects, "Deployment", OPERATOR)
+    [container] = containers(deployment)
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    checks = hook_checks(env)
+    assert checks["hooks_dir"] == "/etc/kondor/hooks"
+    mount = next(m for m in container["volumeMounts"] if m["name"] == "hooks")
+    assert mount == {"name": "hooks", "mountPath": checks["hooks_dir"], "readOnly": True}
+    volumes = {v["name"]: v for v in deployment["spec"]["template"]["spec"]["volumes"]}
+    agent = find(objects, "DaemonSet", AGENT)["spec"]["template"]["spec"]
+    agent_volumes = {v["name"]: v for v in agent["volumes"]}
+    assert volumes["hooks"]["hostPath"]["path"] == agent_volumes["hooks"]["hostPath"]["path"]
+    # A host directory of the admin's choosing, for both; off: no mount, lexical checks only.
+    moved = render(helm, "--set", "agent.hostPaths.hooksDir=/srv/hooks", crds=False)
+    pod = find(moved, "Deployment", OPERATOR)["spec"]["template"]["spec"]
+    assert {v["name"]: v for v in pod["volumes"]}["hooks"]["hostPath"]["path"] == "/srv/hooks"
+    off = render(helm, "--set", "operator.mountHooksDir=false", crds=False)
+    deployment = find(off, "Deployment", OPERATOR)
+    [container] = containers(deployment)
+    assert hook_checks({e["name"]: e.get("value", "") for e in container["env"]}) == {}
+    assert "hooks" not in {m["name"] for m in container["volumeMounts"]}
+    assert "hooks" not in {v["name"] for v in deployment["spec"]["template"]["spec"]["volumes"]}
 
 
 def test_leader_election_and_webhook_can_be_turned_off(helm: Path) -> None:
@@ -437,7 +474,16 @@ def test_operator_permissions(
         (("*", "", "configmaps", "get"), False),
         (("*", "kondor.io", "executionjobs", "watch"), True),
         (("*", "kondor.io", "executionjobs/status", "patch"), True),
-        (("*", "kondor.io", "executionjobs", "patch"), False),  # spec and labels are not its
+        # Fetched work (FETCH_WORK) is an ExecutionJob the agent creates, and removes
+        # (spec.remove) when EVICT_CLAIM ends its claim.
+        (("*", "kondor.io", "executionjobs", "create"), True),
+        (("*", "kondor.io", "executionjobs", "patch"), True),
+        (("*", "kondor.io", "executionjobs", "delete"), False),
+        (("*", "kondor.io", "executionjobs", "update"), False),
+        # Its Warning Events about its ExecutionPoint (hook failures) go to `default` only.
+        (("default", "", "events", "create"), True),
+        (("*", "", "events", "create"), False),
+        ((NAMESPACE, "", "events", "create"), False),
         (("*", "", "secrets", "get"), False),
         ((NAMESPACE, "", "secrets", "get"), False),
     ],
