@@ -588,13 +588,20 @@ def _ad_text(values: Mapping[str, Any]) -> str:
 
 def slot_attributes(claims: Iterable[Claim]) -> dict[str, dict[str, Any]]:
     """Per slot with COD claims, what its ad shows of them (HTCondor's startd publishes
-    these; condor_status -cod lists the slots with NumCODClaims > 0)."""
+    these; condor_status -cod lists the slots with NumCODClaims > 0). While a COD job runs
+    on a slot (`batch_suspended`) the slot takes no match: Requirements is FALSE, as
+    HTCondor's startd makes it unavailable when it suspends the slot for COD."""
+    claims = list(claims)
     out: dict[str, dict[str, Any]] = {}
+    for slot in {claim.slot for claim in claims}:
+        if batch_suspended(claims, slot):
+            out[slot] = {"Requirements": False}
     for claim in sorted(claims, key=lambda c: (c.slot, c.cod_id)):
         if claim.state is State.RELEASED:
             continue
-        ad = out.setdefault(claim.slot, {"NumCODClaims": 0, "CODClaims": ""})
-        ad["NumCODClaims"] += 1
+        ad = out.setdefault(claim.slot, {})
+        ad["NumCODClaims"] = ad.get("NumCODClaims", 0) + 1
+        ad.setdefault("CODClaims", "")
         ad["CODClaims"] = ", ".join(filter(None, (ad["CODClaims"], claim.cod_id)))
         prefix = claim.cod_id + "_"
         ad[prefix + "ClaimID"] = claim.claim_id

@@ -307,6 +307,7 @@ def test_the_slot_ad_shows_the_claims_as_condor_status_cod_reads_them() -> None:
     ads = cod.slot_attributes([running, idle, gone])
     assert ads == {
         "slot1@n": {
+            "Requirements": False,  # a COD job runs: the slot takes no match meanwhile
             "NumCODClaims": 2,
             "CODClaims": "COD1, COD2",
             "COD1_ClaimID": "<n>#1#1",
@@ -321,6 +322,7 @@ def test_the_slot_ad_shows_the_claims_as_condor_status_cod_reads_them() -> None:
             "COD2_RemoteUser": "alice",
         }
     }
+    assert "Requirements" not in cod.slot_attributes([idle])["slot1@n"]
     rows = cod.cod_rows([{"Name": "slot1@n", **ads["slot1@n"]}, {"Name": "slot2@n"}])
     assert [(r.name, r.cod_id, r.state, r.user, r.job_id, r.keyword) for r in rows] == [
         ("slot1@n", "COD1", "Running", "alice", "1.0", "FractGen"),
