@@ -33,7 +33,7 @@ from typing import Any, Protocol
 from kubernetes.client.exceptions import ApiException
 from pydantic import ValidationError
 
-from kondor_agent.execute.launcher import JobHandle, ProcessLauncher
+from kondor_agent.execute.launcher import JobHandle, LaunchError, ProcessLauncher
 from kondor_agent.kube import KubernetesAPI, NotFoundError, WriteError, informer
 from kondor_core import startd
 from kondor_core.api import COD_CLAIMS, GROUP, MERGE_PATCH, VERSION, CodClaim, CodClaimStatus
@@ -302,14 +302,21 @@ class CodRunner:
             output=app.output,
             error=app.error,
         )
-        job_id = f"cod.{held.namespace}.{held.name}.{spec.activation}"
-        held.handle = self.launcher.launch(
-            job_id,
-            runtime,
-            app.ad_text,
-            slot_ad.to_classad().printOld() if slot_ad is not None else "",
-            slot=held.claim.slot.split("@", 1)[0],
-        )
+        # The claim ID's sequence keeps a re-created claim of the same name apart.
+        number = held.claim.claim_id.rpartition("#")[2]
+        job_id = f"cod.{held.namespace}.{held.name}.{number}.{spec.activation}"
+        try:
+            held.handle = self.launcher.launch(
+                job_id,
+                runtime,
+                app.ad_text,
+                slot_ad.to_classad().printOld() if slot_ad is not None else "",
+                slot=held.claim.slot.split("@", 1)[0],
+            )
+        except (LaunchError, OSError, ValueError) as err:
+            held.reason = f"activation {spec.activation} failed: cannot start {app.cmd}: {err}"
+            log.warning("COD claim %s: %s", held.claim.claim_id, held.reason)
+            return False
         held.application = app
         held.exit_code = held.exit_signal = held.exit_time = None
         held.reason = None

@@ -210,3 +210,17 @@ def test_a_restarted_agent_releases_the_claims_an_earlier_one_held(
     assert "agent restarted" in api.status("old")["reason"]
     assert api.status("refused") == {"state": "Refused", "reason": "no"}
     assert not cod.held
+
+
+def test_an_application_that_cannot_start_leaves_the_claim_idle_saying_why(
+    runner: tuple[CodRunner, FakeClaims, Clock], node: startd.Startd
+) -> None:
+    cod, api, clock = runner
+    api.add("c1")
+    cod.tick(node, clock())
+    api.spec("c1", state="Running", activation=1, jobAd='Cmd = "/nonexistent/fractgen"')
+    cod.tick(node, clock())
+    _until(lambda: api.status("c1")["state"] == "Idle", "Idle again", cod, node)
+    status = api.status("c1")
+    assert "/nonexistent/fractgen" in status["reason"]
+    assert cod.suspended_slots() == set()
