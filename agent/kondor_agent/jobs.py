@@ -33,7 +33,7 @@ from kondor_core.jobs.deferral import (
     Start,
     start_decision,
 )
-from kondor_core.jobs.hooks import HOOK_PREPARE_JOB_FAILURE
+from kondor_core.jobs.hooks import HOOK_PREPARE_JOB_FAILURE, PREPARE_JOB_FAILED
 from kondor_core.policy import Action, ActionKind, Event
 from kondor_core.slots import SlotAd
 from kondor_core.startd.claims import Ended, job_id, schedd_events
@@ -175,6 +175,14 @@ class Explaining(Protocol):
 
 
 @runtime_checkable
+class ReportingHooks(Protocol):
+    """A launcher that says how a job's UPDATE_JOB_INFO and JOB_EXIT hooks failed since it
+    was last asked: (Event reason, message) each, reported on the ExecutionPoint."""
+
+    def hook_failures(self, handle: Any) -> list[tuple[str, str]]: ...
+
+
+@runtime_checkable
 class Measuring(Protocol):
     """A launcher that can say what a running job uses."""
 
@@ -268,6 +276,7 @@ class JobRunner:
             self._recover()
         for name, run in list(self.running.items()):
             outcome = self.launcher.poll(run.handle)
+            self._report_hook_failures(run)  # JOB_EXIT's too: recorded before the outcome
             if outcome is None:
                 frozen = run.suspended or run.cod_suspended
                 if frozen and not self.launcher.is_suspended(run.handle):
@@ -641,9 +650,17 @@ class JobRunner:
             frozen = run.suspended or run.cod_suspended
             self._write_running(run, "Suspended" if frozen else "Running", usage)
 
+    def _report_hook_failures(self, run: _Running) -> None:
+        """The job's failed UPDATE_JOB_INFO and JOB_EXIT runs, as Events (`on_hook_failure`)."""
+        if not isinstance(self.launcher, ReportingHooks):
+            return
+        for reason, message in self.launcher.hook_failures(run.handle):
+            if self.on_hook_failure is not None:
+                self.on_hook_failure(reason, f"{job_id(run.job)}: {message}")
+
     def _report_end(self, run: _Running, outcome: Outcome) -> None:
         if outcome.hold_reason_code == HOOK_PREPARE_JOB_FAILURE and self.on_hook_failure:
-            self.on_hook_failure("PrepareJobFailed", f"{job_id(run.job)}: {outcome.hold_reason}")
+            self.on_hook_failure(PREPARE_JOB_FAILED, f"{job_id(run.job)}: {outcome.hold_reason}")
         state: ExecutionState
         if outcome.hold_reason is not None:
             state = "Failed"
@@ -746,6 +763,11 @@ class RuntimeLaunchers:
         for launcher in (self.process, self.pod):
             if isinstance(launcher, Configurable):
                 launcher.configure(macros)
+
+    def hook_failures(self, handle: _Tagged) -> list[tuple[str, str]]:
+        if not isinstance(handle.launcher, ReportingHooks):
+            return []
+        return handle.launcher.hook_failures(handle.inner)
 
     def usage(self, handle: _Tagged) -> Usage | None:
         if not isinstance(handle.launcher, Measuring):

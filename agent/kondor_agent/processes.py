@@ -28,7 +28,7 @@ from kondor_agent.jobs import Outcome, Usage
 from kondor_core.api import ExecutionJob, JobExecution
 from kondor_core.classads import ExpressionError, parse_ad
 from kondor_core.jobs.apptainer import ApptainerSettings
-from kondor_core.jobs.hooks import HookSettingsError, JobHooks, job_hooks
+from kondor_core.jobs.hooks import HOOK_FAILURES_FILE, HookSettingsError, JobHooks, job_hooks
 from kondor_core.slots import SlotAd
 
 log = logging.getLogger("kondor_agent.processes")
@@ -50,6 +50,8 @@ class ProcessJobs:
         self._macros: Mapping[str, str] | None = None
         #: Job directories a restarted agent took back: `clear` leaves them running.
         self._adopted: set[Path] = set()
+        #: Bytes of each job directory's `hook-failures` already reported.
+        self._failures_read: dict[Path, int] = {}
 
     def adopt(self, job: ExecutionJob, execution: JobExecution) -> JobHandle | None:
         """The run `execution` names (its directory), as the previous agent launched it."""
@@ -153,6 +155,28 @@ class ProcessJobs:
             lost=lost,
         )
 
+    def hook_failures(self, handle: JobHandle) -> list[tuple[str, str]]:
+        """The failures of the job's UPDATE_JOB_INFO and JOB_EXIT its supervisor recorded
+        since the last call (`hook-failures` in its directory: one stat when there is none)."""
+        path = handle.directory / HOOK_FAILURES_FILE
+        read = self._failures_read.get(handle.directory, 0)
+        try:
+            if path.stat().st_size <= read:
+                return []
+            with path.open("rb") as f:
+                f.seek(read)
+                data = f.read()
+        except OSError:
+            return []
+        complete = data.rfind(b"\n") + 1  # a line being written waits for the next call
+        self._failures_read[handle.directory] = read + complete
+        found = []
+        for line in data[:complete].decode(errors="replace").splitlines():
+            reason, _, message = line.partition("\t")
+            if reason and message:
+                found.append((reason, message))
+        return found
+
     def usage(self, handle: JobHandle) -> Usage | None:
         """What the job's cgroup accounts now; None without cgroups."""
         cgroups = self.launcher.cgroups
@@ -197,6 +221,7 @@ class ProcessJobs:
         return self.launcher.is_suspended(handle)
 
     def remove(self, handle: JobHandle) -> None:
+        self._failures_read.pop(handle.directory, None)
         self.launcher.remove(handle)
 
     def clear(self) -> int:

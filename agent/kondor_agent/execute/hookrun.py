@@ -13,6 +13,10 @@ supervisor's log (`supervisor.log` in the job directory), which the agent keeps.
   `update_interval`, without being waited for; its output is ignored.
 - JOB_EXIT runs after the job has ended, with exit, remove, hold or evict as its argument,
   and is waited for (up to the timeout) before the result is written.
+
+A failure of UPDATE_JOB_INFO or JOB_EXIT (not run, killed at its timeout, too much output, a
+non-zero exit) is logged and recorded in the job directory's `hook-failures`, which the agent
+reads while the job runs and once it has ended, and reports as a Warning Event.
 """
 
 from __future__ import annotations
@@ -32,7 +36,10 @@ from kondor_core.classads import ExpressionError, literal, parse_ad
 from kondor_core.cron import OutputReader
 from kondor_core.cron.jobs import parse_args
 from kondor_core.jobs.hooks import (
+    HOOK_FAILURES_FILE,
     HOOK_PREPARE_JOB_FAILURE,
+    JOB_EXIT_FAILED,
+    UPDATE_JOB_INFO_FAILED,
     ExitHow,
     exit_reason,
     prepare_outcome,
@@ -100,7 +107,8 @@ def run_hook(
     try:
         code = proc.wait(timeout=max(deadline - time.monotonic(), 0.0) if failure is None else 0)
     except subprocess.TimeoutExpired:
-        failure = f"{name} ran longer than {timeout:g} s and was killed"
+        # Still running: past its timeout, or stopped early for its output (said already).
+        failure = failure or f"{name} ran longer than {timeout:g} s and was killed"
     if failure is not None:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(proc.pid, signal.SIGKILL)
@@ -109,6 +117,19 @@ def run_hook(
     return HookRun(
         code if code >= 0 else None, -code if code < 0 else None, "".join(lines), failure
     )
+
+
+def record_failure(spec: dict[str, Any], reason: str, message: str) -> None:
+    """Log a hook's failure and append it to the job directory's `hook-failures` (the
+    scratch directory's parent), for the agent to report as an Event."""
+    _log(message)
+    line = f"{reason}\t{' '.join(message.split())}\n"
+    path = os.path.join(os.path.dirname(spec["scratch"]), HOOK_FAILURES_FILE)
+    try:
+        with open(path, "a") as f:
+            f.write(line)
+    except OSError as err:
+        _log(f"cannot record the hook failure in {path}: {err}")
 
 
 def _job_ad_path(spec: dict[str, Any]) -> str:
@@ -308,19 +329,41 @@ class Updates:
                     start_new_session=True,
                 )
         except (OSError, ExpressionError) as err:
-            _log(f"{self.hooks['knobs']['UPDATE_JOB_INFO']} could not be run: {err}")
+            record_failure(
+                self.spec, UPDATE_JOB_INFO_FAILED, f"{self.knob} could not be run: {err}"
+            )
             return
         self._running.append((proc, now))
 
+    @property
+    def knob(self) -> str:
+        return str(self.hooks["knobs"]["UPDATE_JOB_INFO"])
+
     def reap(self, now: float, *, final: bool = False) -> None:
+        """Reap the runs that have ended (a non-zero exit is a failure); kill those past the
+        timeout (a failure) and, when the job has ended (`final`), the others."""
         left: list[tuple[subprocess.Popen[bytes], float]] = []
+        timeout = self.hooks["timeout"]
         for proc, began in self._running:
-            if proc.poll() is not None:
+            code = proc.poll()
+            if code is not None:
+                if code != 0:
+                    how = f"status {code}" if code > 0 else f"signal {-code}"
+                    record_failure(
+                        self.spec, UPDATE_JOB_INFO_FAILED, f"{self.knob} exited with {how}"
+                    )
                 continue
-            if final or now - began > self.hooks["timeout"]:
+            late = now - began > timeout
+            if final or late:
                 with contextlib.suppress(ProcessLookupError, PermissionError):
                     os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait()
+                if late:
+                    record_failure(
+                        self.spec,
+                        UPDATE_JOB_INFO_FAILED,
+                        f"{self.knob} ran longer than {timeout:g} s and was killed",
+                    )
                 continue
             left.append((proc, began))
         self._running = left
@@ -390,10 +433,12 @@ def job_exit(
     try:
         text = _ad_text(_read_ad(spec), extra)
     except (OSError, ExpressionError) as err:
-        _log(f"{knob}: cannot read the job ad ({err}); not run")
+        record_failure(spec, JOB_EXIT_FAILED, f"{knob}: cannot read the job ad ({err}); not run")
         return
     run = run_hook([hooks["job_exit"], how], text, spec, timeout=hooks["timeout"], name=knob)
     if run.failure is not None:
-        _log(run.failure)
+        record_failure(spec, JOB_EXIT_FAILED, run.failure)
     elif run.exit_code:
-        _log(f"{knob} exited with status {run.exit_code} (ignored)")
+        record_failure(spec, JOB_EXIT_FAILED, f"{knob} exited with status {run.exit_code}")
+    elif run.exit_signal is not None:
+        record_failure(spec, JOB_EXIT_FAILED, f"{knob} was killed by signal {run.exit_signal}")

@@ -45,6 +45,15 @@ STARTD_HOOKS = ("FETCH_WORK", "REPLY_FETCH", "EVICT_CLAIM")
 #: HoldReasonCode HookPrepareJobFailure: PREPARE_JOB could not run or returned failure.
 HOOK_PREPARE_JOB_FAILURE = 19
 
+#: The reasons of the Warning Events a failed hook becomes on the ExecutionPoint (the hook
+#: could not run, ran past its timeout, printed more than it may, or exited non-zero).
+PREPARE_JOB_FAILED = "PrepareJobFailed"
+UPDATE_JOB_INFO_FAILED = "UpdateJobInfoFailed"
+JOB_EXIT_FAILED = "JobExitFailed"
+#: The file in a process job's directory where its supervisor records the failures of
+#: UPDATE_JOB_INFO and JOB_EXIT, one `<reason>\t<message>` line each, for the agent to report.
+HOOK_FAILURES_FILE = "hook-failures"
+
 DEFAULT_INITIAL_UPDATE_INTERVAL = 8.0
 DEFAULT_UPDATE_INTERVAL = 300.0
 DEFAULT_TIMEOUT = 60.0

@@ -15,6 +15,7 @@ from execute_fakes import wait_for, wait_result
 from kondor_agent.execute import records
 from kondor_agent.execute.cgroups import JobCgroups
 from kondor_agent.execute.launcher import ProcessLauncher
+from kondor_agent.processes import ProcessJobs
 from kondor_core.api import ProcessRuntime
 from kondor_core.classads import parse_ad
 from kondor_core.jobs.hooks import JobHooks, job_hooks
@@ -223,3 +224,54 @@ def test_job_exit_says_evict_when_the_agent_kills_without_a_reason(
     result = wait_result(launcher, handle)
     assert result.killed and result.exit_signal == signal.SIGKILL
     assert (handle.scratch / "how").read_text() == "evict\n"
+
+
+def test_failed_update_job_info_and_job_exit_are_recorded_for_the_agent(
+    launcher: ProcessLauncher, hooks_dir: Path
+) -> None:
+    """UPDATE_JOB_INFO exiting non-zero or running past its timeout, and JOB_EXIT printing
+    more than it may, are recorded in the job directory; the agent's ProcessJobs reads each
+    once (as (Event reason, message)) while the job runs and after it ends."""
+    update = hook(hooks_dir, "update", "cat >/dev/null\nexit 3\n")
+    flood = hook(hooks_dir, "exit", "cat >/dev/null\nyes aaaaaaaaaaaaaaa | head -c 2000000\n")
+    hooks = JobHooks(
+        keyword="TEST",
+        programs={"TEST_HOOK_UPDATE_JOB_INFO": update, "TEST_HOOK_JOB_EXIT": flood},
+        initial_update_interval=0.1,
+        update_interval=10.0,
+        timeout=5.0,
+    )
+    jobs = ProcessJobs(launcher)
+    handle = launcher.launch("j", sh("sleep 1.2"), JOB_AD, MACHINE_AD, slot="s", hooks=hooks)
+    first: list[tuple[str, str]] = []
+
+    def reported() -> bool:
+        first.extend(jobs.hook_failures(handle))
+        return bool(first)
+
+    wait_for(reported, 5)
+    assert first == [("UpdateJobInfoFailed", "TEST_HOOK_UPDATE_JOB_INFO exited with status 3")]
+    assert jobs.hook_failures(handle) == []  # each once
+    wait_result(launcher, handle)
+    later = jobs.hook_failures(handle)
+    assert [reason for reason, _ in later] == ["JobExitFailed"], later
+    assert "TEST_HOOK_JOB_EXIT" in later[0][1] and "printed more than" in later[0][1]
+    assert (handle.directory / "hook-failures").read_text().count("\n") == 2
+
+
+def test_update_job_info_past_its_timeout_is_killed_and_recorded(
+    launcher: ProcessLauncher, hooks_dir: Path
+) -> None:
+    update = hook(hooks_dir, "update", "cat >/dev/null\nexec sleep 30\n")
+    hooks = JobHooks(
+        keyword="TEST",
+        programs={"TEST_HOOK_UPDATE_JOB_INFO": update},
+        initial_update_interval=0.1,
+        update_interval=0.3,
+        timeout=0.4,
+    )
+    handle = launcher.launch("j", sh("sleep 1.2"), JOB_AD, MACHINE_AD, slot="s", hooks=hooks)
+    assert wait_result(launcher, handle).exit_code == 0
+    found = ProcessJobs(launcher).hook_failures(handle)
+    assert found and all(reason == "UpdateJobInfoFailed" for reason, _ in found)
+    assert "TEST_HOOK_UPDATE_JOB_INFO ran longer than 0.4 s and was killed" in found[0][1]
