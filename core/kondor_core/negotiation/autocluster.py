@@ -33,10 +33,8 @@ from __future__ import annotations
 import copy
 import dataclasses
 import math
-import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from functools import lru_cache
 from typing import Any
 
 import classad2
@@ -52,24 +50,22 @@ from kondor_core.negotiation.preemption import (
     REASON_ORDER,
     PreemptionPolicy,
     claim_verdict,
+    preemption_rank,
+    retirement_left,
     set_submitter,
     with_remote_priorities,
 )
+from kondor_core.negotiation.scope import closure as _closure
+from kondor_core.negotiation.scope import evaluate, identifiers
 from kondor_core.policy.evaluation import describe, number, truth
 
-_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 #: Slot attributes that always decide what a slot offers.
 _SLOT_FIXED = ("State", "Activity", "PartitionableSlot", "CurrentRank", "Requirements", "Start")
-#: What the preemption rules read of a Claimed slot (with what PREEMPTION_REQUIREMENTS and
-#: PREEMPTION_RANK refer to), when preemption is considered.
-_CLAIM_FIXED = (
-    "DynamicSlot",
-    "RemoteUser",
-    "RemoteOwner",
-    "AccountingGroup",
-    "RemoteUserPrio",
-    "RetirementTimeRemaining",
-)
+#: What decides whether a Claimed slot's claim may be preempted (with what
+#: PREEMPTION_REQUIREMENTS refers to, and whether it has retirement time left), when
+#: preemption is considered. RemoteUserPrio follows from the remote user; PREEMPTION_RANK
+#: only orders the claims that may be preempted, within their group.
+_CLAIM_FIXED = ("DynamicSlot", "RemoteUser", "RemoteOwner", "AccountingGroup")
 #: The reasons for a claim, by their order among candidates (higher first).
 _REASONS = {order: reason for reason, order in REASON_ORDER.items()}
 #: The slot expressions the negotiator evaluates, whose references make slots differ.
@@ -85,50 +81,6 @@ _STANDARD_RESOURCES = ("Cpus", "Memory", "Disk", "GPUs")
 SMALL_POOL = 64
 
 
-@lru_cache(maxsize=8192)
-def identifiers(text: str) -> frozenset[str]:
-    """The names an expression's text refers to, quoted strings left out (`TARGET.Cpus`
-    gives TARGET and Cpus: a superset is harmless)."""
-    unquoted = re.sub(r'"(?:[^"\\]|\\.)*"', '""', text)
-    return frozenset(_IDENTIFIER.findall(unquoted))
-
-
-def _closure(ads: Sequence[Any], names: Iterable[str]) -> list[str]:
-    """`names` and the attributes the expressions of those names (in any of `ads`) refer
-    to, transitively."""
-    seen: dict[str, None] = {}
-    todo = list(names)
-    while todo:
-        name = todo.pop()
-        if name in seen:
-            continue
-        seen[name] = None
-        for ad in ads:
-            value = ad.get(name)
-            if isinstance(value, classad2.ExprTree):
-                todo.extend(identifiers(str(value)) - seen.keys())
-    return list(seen)
-
-
-def evaluate(my: Any, target: Any, attribute: str) -> Any:
-    """MY's `attribute` evaluated against TARGET with HTCondor's lookup (unqualified names
-    in MY, then TARGET), as `classads.match_scope` does, but copying only the attributes
-    the expression refers to: the cost of one evaluation does not grow with the ads."""
-    value = my.get(attribute)
-    if not isinstance(value, classad2.ExprTree):
-        return value
-    refs = identifiers(str(value))
-    if not refs:
-        return value.eval()
-    scope: dict[str, Any] = {}
-    for name in _closure((my, target), refs):
-        if name in my:
-            scope[name] = my.lookup(name)
-        elif name in target:
-            scope[name] = target.lookup(name)
-    return value.eval(classad2.ClassAd(scope), target)
-
-
 def _plain(value: Any) -> float:
     return number(value) or 0.0
 
@@ -140,10 +92,15 @@ class _Group:
     stays so for the rest of the cycle (resources only shrink within a cycle)."""
 
     #: (job Rank, 2 for an idle slot / 1 a claim preempted for RANK / 0 for user priority,
-    #: PREEMPTION_RANK, slot RANK).
-    rank: tuple[float, int, float, float]
+    #: slot RANK; 0 for claims, whose slot RANKs are in `slot_ranks`).
+    rank: tuple[float, int, float]
     members: list[int]
     first: int = 0
+    #: Each preempted claim's slot RANK for the job.
+    slot_ranks: dict[int, float] = field(default_factory=dict)
+    #: Claims are taken by PREEMPTION_RANK (higher first), then slot RANK: sorted so the
+    #: first time the group is looked at.
+    ordered: bool = True
 
 
 @dataclass
@@ -179,6 +136,9 @@ class IndexedMatchmaker:
         self._plain: Matchmaker | None = None
         self._autoclusters: dict[tuple[Any, ...], _Autocluster] = {}
         self._submitter = ""
+        #: PREEMPTION_RANK by what of the job it refers to, then by slot.
+        self._preemption_ranks: dict[tuple[str, ...], dict[int, float]] = {}
+        self._preemption_rank_refs = sorted(identifiers(self.policy.rank))
         self._groupings: dict[tuple[str, ...], dict[tuple[Any, ...], list[int]]] = {}
         self._base: list[int] = []
         self._slot_refs: list[str] = []
@@ -224,23 +184,25 @@ class IndexedMatchmaker:
                 names = sorted(set(_closure((ad,), roots)) | set(_SLOT_FIXED))
                 closures[texts] = names
                 refs.update(dict.fromkeys(names))
-            key = (texts, *(str(ad.get(name)) for name in names))
+            key: tuple[Any, ...] = (texts, *(str(ad.get(name)) for name in names))
             if self._claimed and ad.get("State") == "Claimed":
                 extra = claim_names.get(texts)
                 if extra is None:
                     extra = sorted(set(_closure((ad,), preemption_refs)) | set(_CLAIM_FIXED))
                     claim_names[texts] = extra
-                key = (*key, *(str(ad.get(name)) for name in extra))
+                retiring = retirement_left(ad) > 0
+                key = (*key, retiring, *(str(ad.get(name)) for name in extra))
             self._base.append(keys.setdefault(key, len(keys)))
             self._consumes.append(any(t != "None" for t in texts[len(_SLOT_ROOTS) :]))
         self._slot_refs = list(refs)
 
-    def _preemption_refs(self) -> list[str]:
-        """What PREEMPTION_REQUIREMENTS and PREEMPTION_RANK refer to, when they matter (a
+    def _preemption_refs(self, *, rank: bool = False) -> list[str]:
+        """What PREEMPTION_REQUIREMENTS (and PREEMPTION_RANK) refer to, when they matter (a
         Claimed slot is offered and preemption is considered)."""
         if not self._claimed:
             return []
-        return sorted(identifiers(self.policy.requirements) | identifiers(self.policy.rank))
+        refs = identifiers(self.policy.requirements)
+        return sorted(refs | identifiers(self.policy.rank) if rank else refs)
 
     def _grouping(self, names: tuple[str, ...]) -> dict[tuple[Any, ...], list[int]]:
         """The slots by base class and the values of `names` (what an autocluster's
@@ -267,7 +229,7 @@ class IndexedMatchmaker:
                 refs |= identifiers(texts[-1])
         slot_names = tuple(sorted(refs))
         values: list[Any] = [*texts]
-        todo = [*_JOB_REQUESTS, *refs, *self._slot_refs, *self._preemption_refs()]
+        todo = [*_JOB_REQUESTS, *refs, *self._slot_refs, *self._preemption_refs(rank=True)]
         seen: set[str] = {"Requirements", "Rank"}
         while todo:
             name = todo.pop()
@@ -287,24 +249,23 @@ class IndexedMatchmaker:
 
     # -- evaluation
 
-    def _verdict(
-        self, job: Any, ad: Any, submitter: str = ""
-    ) -> tuple[float, int, float, float] | str:
-        """The slot's ranks for the job (`_Group.rank`), or why it takes no match from the
-        job (resources apart)."""
+    def _verdict(self, job: Any, ad: Any, submitter: str = "") -> tuple[float, int, float] | str:
+        """The slot's ranks for the job (job Rank, 2 for an idle slot / 1 a claim preempted
+        for RANK / 0 for user priority, slot RANK), or why it takes no match from the job
+        (resources apart)."""
         state = ad.get("State")
         name = ad.get("Name")
         if ad.get("Requirements") is False:
             return f"{name} is {state}/{ad.get('Activity')} and takes no match"
         partitionable = ad.get("PartitionableSlot") is True
         slot_rank = _plain(evaluate(ad, job, "Rank"))
-        reason_order, preemption_rank = REASON_ORDER[None], 0.0
+        reason_order = REASON_ORDER[None]
         open_states = ("Unclaimed",) if partitionable else ("Unclaimed", "Backfill")
         if state == "Claimed" and not partitionable:
-            verdict = claim_verdict(self.policy, ad, job, submitter, slot_rank)
+            verdict = claim_verdict(self.policy, ad, job, submitter, slot_rank, ranked=False)
             if isinstance(verdict, str):
                 return verdict
-            reason_order, preemption_rank = REASON_ORDER[verdict.reason], verdict.rank
+            reason_order = REASON_ORDER[verdict.reason]
         elif state not in open_states:
             return f"{name} is {state}"
         if "Requirements" in job and truth(evaluate(job, ad, "Requirements")) is not True:
@@ -312,7 +273,7 @@ class IndexedMatchmaker:
         start = evaluate(ad, job, "Start")
         if truth(start) is not True:
             return f"{name}: START is {describe(start)} for the job"
-        return (_plain(evaluate(job, ad, "Rank")), reason_order, preemption_rank, slot_rank)
+        return (_plain(evaluate(job, ad, "Rank")), reason_order, slot_rank)
 
     def _autocluster(self, job: Any, submitter: str = "") -> _Autocluster:
         slot_names, values = self._job_key(job)
@@ -322,16 +283,25 @@ class IndexedMatchmaker:
         if found is not None:
             return found
         made = _Autocluster(needs=_needs(job))
-        ranked: dict[tuple[float, int, float, float], list[int]] = {}
+        ranked: dict[tuple[float, int, float], _Group] = {}
+        idle = REASON_ORDER[None]
         for members in self._grouping(slot_names).values():
             verdict = self._verdict(job, self.ads[members[0]], submitter)
             if isinstance(verdict, str):
                 made.reasons.append(f"{len(members)} slot(s) like {verdict}")
                 continue
-            ranked.setdefault(verdict, []).extend(members)
+            job_rank, order, slot_rank = verdict
+            if order == idle:
+                ranked.setdefault(verdict, _Group(verdict, [])).members.extend(members)
+                continue
+            # Claims of one reason go together, taken by PREEMPTION_RANK then slot RANK.
+            group = ranked.setdefault((job_rank, order, 0.0), _Group((job_rank, order, 0.0), []))
+            group.members.extend(members)
+            group.slot_ranks.update(dict.fromkeys(members, slot_rank))
+            group.ordered = False
         made.groups = [
-            _Group(rank, sorted(members))
-            for rank, members in sorted(ranked.items(), key=lambda item: item[0], reverse=True)
+            dataclasses.replace(group, members=sorted(group.members))
+            for _, group in sorted(ranked.items(), key=lambda item: item[0], reverse=True)
         ]
         self._autoclusters[key] = made
         return made
@@ -355,9 +325,12 @@ class IndexedMatchmaker:
         if cluster.rejected is not None:
             return cluster.rejected
         for group in cluster.groups:
+            if not group.ordered:
+                self._order_claims(group, job.ad)
             index = self._first_fit(group, job.ad, cluster.needs)
             if index is not None:
-                rank, order, _, slot_rank = group.rank
+                rank, order, slot_rank = group.rank
+                slot_rank = group.slot_ranks.get(index, slot_rank)
                 return self._take(
                     job, index, rank, slot_rank, reason=_REASONS[order], needs=cluster.needs
                 )
@@ -369,6 +342,25 @@ class IndexedMatchmaker:
             parts.append(f"{accepting} slot(s) accept the job but are taken or too small for it")
         cluster.rejected = "; ".join(parts) or "no slot is Unclaimed"
         return cluster.rejected
+
+    def _order_claims(self, group: _Group, job: Any) -> None:
+        """The group's claims by PREEMPTION_RANK (higher first), then slot RANK, then
+        condor_status order; those taken already are left out."""
+        ads, ranks = self.ads, group.slot_ranks
+        members = [i for i in group.members[group.first :] if i not in self._taken]
+        # A claim's PREEMPTION_RANK changes only with what of the job it refers to (the
+        # default refers to none): computed once per claim and such values.
+        seen = tuple(str(job.get(name)) for name in self._preemption_rank_refs)
+        cache = self._preemption_ranks.setdefault(seen, {})
+        keyed = []
+        for i in members:
+            value = cache.get(i)
+            if value is None:
+                value = cache[i] = preemption_rank(self.policy, ads[i], job)
+            keyed.append((-value, -ranks.get(i, 0.0), i))
+        group.members = [i for _, _, i in sorted(keyed)]
+        group.first = 0
+        group.ordered = True
 
     def _fits(self, index: int, job: Any, needs: dict[str, int] | None) -> bool:
         ad = self.ads[index]

@@ -43,7 +43,8 @@ from functools import lru_cache
 from typing import Any, Literal
 
 from kondor_core.api.pool import DEFAULT_PREEMPTION_RANK, PoolSpec
-from kondor_core.classads import match_scope, parse_expr
+from kondor_core.classads import parse_expr
+from kondor_core.negotiation.scope import evaluate_tree
 from kondor_core.policy.evaluation import describe, number, truth
 
 #: Why a match preempts its slot's claim: the slot's RANK prefers the new job, or the new
@@ -129,7 +130,7 @@ def retirement_left(ad: Any) -> float:
 
 def evaluate(tree: Any, my: Any, target: Any) -> Any:
     """A negotiator expression with MY = `my` (the slot) and TARGET = `target` (the job)."""
-    return tree.eval(match_scope(my, target), target)
+    return evaluate_tree(tree, my, target)
 
 
 def preemption_rank(policy: PreemptionPolicy, slot: Any, job: Any) -> float:
@@ -179,10 +180,12 @@ def claim_verdict(
     slot_rank: float,
     *,
     early: bool | None = None,
+    ranked: bool = True,
 ) -> Preempt | str:
     """Whether the job may take the Claimed slot `ad` by preempting its claim (module
     docstring), or why not. `early` overrides NEGOTIATOR_CONSIDER_EARLY_PREEMPTION (pslot
-    preemption never preempts a claim with retirement time left)."""
+    preemption never preempts a claim with retirement time left); with `ranked` False
+    PREEMPTION_RANK is left to the caller (the Preempt's rank is 0)."""
     name = ad.get("Name")
     if not policy.consider:
         return f"{name} is Claimed (NEGOTIATOR_CONSIDER_PREEMPTION is false)"
@@ -191,7 +194,7 @@ def claim_verdict(
         return f"{name} is Claimed with {_seconds(left)} of retirement time left"
     current = number(ad.get("CurrentRank")) or 0.0
     if slot_rank > current:
-        return Preempt("Rank", preemption_rank(policy, ad, job))
+        return Preempt("Rank", preemption_rank(policy, ad, job) if ranked else 0.0)
     user = remote_user(ad)
     if user is None or user == submitter:
         return f"{name} is Claimed" + (f" by {user}" if user else "")
@@ -204,12 +207,14 @@ def claim_verdict(
             f"{name} is Claimed by {user}, whose priority {_priority(theirs)} is not worse "
             f"than {submitter}'s {_priority(ours)}"
         )
+    if policy.requirements.strip().lower() == "false":  # HTCondor's default
+        return f"{name} is Claimed by {user}: PREEMPTION_REQUIREMENTS is FALSE"
     verdict = evaluate(policy.requirements_tree, ad, job)
     if truth(verdict) is not True:
         return f"{name} is Claimed by {user}: PREEMPTION_REQUIREMENTS is {describe(verdict)}"
     if slot_rank < current:
         return f"{name} is Claimed by {user}: RANK {slot_rank:g} is below CurrentRank {current:g}"
-    return Preempt("UserPriority", preemption_rank(policy, ad, job))
+    return Preempt("UserPriority", preemption_rank(policy, ad, job) if ranked else 0.0)
 
 
 @dataclass(frozen=True)
