@@ -1,6 +1,6 @@
 """`kubectl kondor cod`: condor_cod over CodClaims (the reference's "Computing On Demand").
 
-    kubectl kondor cod request -name [SLOT@]NODE [-requirements EXPR] [-lease N]
+    kubectl kondor cod request -name [SLOT@]NODE [-requirements EXPR] [-lease N] [-classad F]
     kubectl kondor cod activate -id CLAIM (-keyword K | -jobad FILE|-) [-cluster N] [-proc M]
     kubectl kondor cod suspend|resume|renew -id CLAIM
     kubectl kondor cod deactivate|release -id CLAIM [-fast]
@@ -25,7 +25,8 @@ from typing import Any, Protocol, cast
 
 from kondor_cli.files import UserError
 from kondor_cli.jobs import ApiError, KubeJobs, connect
-from kondor_core.api import COD_CLAIMS, GROUP, MERGE_PATCH, VERSION
+from kondor_cli.status import long_form, slot_ads
+from kondor_core.api import COD_CLAIMS, EXECUTION_POINTS, GROUP, MERGE_PATCH, VERSION
 
 #: The claim states each verb needs (condor_cod refuses the others with a message).
 NEEDS: Mapping[str, tuple[str, ...]] = {
@@ -51,6 +52,7 @@ class CodApi(Protocol):
     def list(self, namespace: str) -> list[dict[str, Any]]: ...
     def patch(self, namespace: str, name: str, patch: Mapping[str, Any]) -> None: ...
     def delete(self, namespace: str, name: str) -> None: ...
+    def execution_point(self, name: str) -> dict[str, Any] | None: ...
 
 
 class KubeCod:
@@ -113,6 +115,20 @@ class KubeCod:
                 GROUP, VERSION, namespace, COD_CLAIMS, name
             ),
         )
+
+    def execution_point(self, name: str) -> dict[str, Any] | None:
+        try:
+            found = self.jobs._call(
+                f"read executionpoint {name}",
+                lambda: self._objects().get_cluster_custom_object(
+                    GROUP, VERSION, EXECUTION_POINTS, name
+                ),
+            )
+        except ApiError as err:
+            if err.status == 404:
+                return None
+            raise
+        return dict(found)
 
 
 def kube_cod(args: argparse.Namespace) -> CodApi:
@@ -231,7 +247,17 @@ def _run(
         status = claim.get("status") or {}
         if _state(claim) == "Refused":
             raise UserError(f"request refused by {node}: {status.get('reason')}")
+        # "the ClassAd describing the resource is returned ... If condor_cod_request is
+        # invoked with the -classad option ... written out to the given file. Otherwise, the
+        # ClassAd is printed to the screen."
+        ep = api.execution_point(node)
+        ads = [ad for ad in slot_ads([ep] if ep else []) if ad.name == status.get("slot")]
+        text = long_form(ads)
+        if args.classad is not None:
+            _write(args.classad, text)
         print(f"Successfully sent CA_REQUEST_CLAIM to startd at {node}")
+        if args.classad is None:
+            print(text, end="")
         print(f'ID of new claim is: "{status.get("claimId")}"')
         print(f"CodClaim: {namespace}/{name} on {status.get('slot')}")
         return 0
@@ -298,6 +324,13 @@ def _lease(claim: Mapping[str, Any]) -> str:
     return str((claim.get("status") or {}).get("leaseExpiry") or "never (no lease)")
 
 
+def _write(path: str, text: str) -> None:
+    try:
+        Path(path).write_text(text)
+    except OSError as err:
+        raise UserError(f"-classad {path}: {err.strerror or err}") from None
+
+
 def _read(path: str) -> str:
     try:
         return Path(path).read_text()
@@ -330,6 +363,9 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     request.add_argument("-name", required=True, metavar="[SLOT@]NODE")
     request.add_argument("-requirements", metavar="EXPR", help="a constraint on the slot ads")
     request.add_argument("-lease", type=int, metavar="N", help="seconds; default: forever")
+    request.add_argument(
+        "-classad", metavar="FILE", help="write the claimed slot's ad here (else print it)"
+    )
     activate = verb("activate", "start an application on an Idle claim")
     activate.add_argument("-keyword", metavar="K", help="<K>_Cmd, ... in the SlotPolicy")
     activate.add_argument("-jobad", metavar="FILE", help="the application's ClassAd; - is stdin")

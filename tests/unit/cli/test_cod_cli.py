@@ -48,6 +48,10 @@ class FakeCod:
     def delete(self, namespace: str, name: str) -> None:
         self.deleted = True
 
+    def execution_point(self, name: str) -> dict[str, Any] | None:
+        ad = {"Name": "slot1@n1", "Cpus": 2, "State": "Unclaimed"}
+        return {"metadata": {"name": name}, "status": {"slots": [{"name": "slot1@n1", "ad": ad}]}}
+
 
 def _run(api: FakeCod, *argv: str, stdin: str = "") -> int:
     args = build_parser().parse_args(["cod", *argv])
@@ -74,6 +78,17 @@ def test_request_creates_the_claim_and_prints_its_id(capsys: pytest.CaptureFixtu
     }
     out = capsys.readouterr().out
     assert 'ID of new claim is: "<n1>#5#1"' in out and "CodClaim: default/cod-1" in out
+    assert 'Name = "slot1@n1"' in out  # the claimed slot's ad, as condor_cod_request prints it
+
+
+def test_request_writes_the_slot_ad_to_the_classad_file(
+    tmp_path: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    api = FakeCod()
+    where = tmp_path / "slot.ad"
+    assert _run(api, "request", "-name", "n1", "-classad", str(where)) == 0
+    assert 'State = "Unclaimed"' in where.read_text()
+    assert "State =" not in capsys.readouterr().out
 
 
 def test_activate_by_keyword_or_jobad_counts_an_activation(
