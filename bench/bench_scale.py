@@ -533,7 +533,10 @@ class Bench:
                 await fairness_task
         whose, detail = writes_by_kind(before, after, submitted)
         series = running_series(phase.starts, phase.ends)
-        all_running = max(phase.starts.values(), default=float("nan"))
+        last_start = max(phase.starts.values(), default=float("nan"))
+        # Not every job started within the time: no "all Running" time, and the rate is
+        # that of the jobs that did start.
+        all_running = last_start if len(phase.starts) >= phase.jobs else None
         full = min(self.slots, self.jobs)
         # Every user has the same priority factor, so each is due the same share; the
         # accountant's effective priorities are kept beside it (they start equal).
@@ -541,6 +544,7 @@ class Bench:
         full_at = time_to_reach(series, int(full * 0.95))
         running = shares_before_first_end(phase.starts, phase.ends, phase.users, full_at)
         figures = phase.figures
+        per_job = max(1, len(phase.ends) if completed else len(phase.starts))
         figures.update(
             {
                 "completed": completed,
@@ -550,14 +554,15 @@ class Bench:
                 "jobs_with_more_than_one_pod": sum(1 for p in phase.pods.values() if len(p) > 1),
                 "submit_s": phase.submitted_s,
                 "all_running_s": all_running,
-                "started_per_s": len(phase.starts) / all_running if all_running > 0 else 0.0,
+                "started_per_s": len(phase.starts) / last_start if last_start > 0 else 0.0,
                 "pool_full_s": full_at,
                 "peak_running": max((r for _, r in series), default=0),
                 "phase_s": elapsed,
                 "writes": whose,
                 "writes_detail": detail,
-                "writes_per_job": whose.get("system", 0.0) / max(1, len(phase.ends)),
-                "all_writes_per_job": sum(whose.values()) / max(1, len(phase.ends)),
+                # Per job that ran (started, where not every job ended: then approximate).
+                "writes_per_job": whose.get("system", 0.0) / per_job,
+                "all_writes_per_job": sum(whose.values()) / per_job,
                 "cpu_cores": cpu,
                 "peak_rss_mib": memory,
                 "running_before_first_end": running,
@@ -578,13 +583,32 @@ class Bench:
             figures["matches"] = operator_after.get(
                 "kondor_operator_negotiation_matches_total", 0
             ) - operator_before.get("kondor_operator_negotiation_matches_total", 0)
-            figures["matched_per_s"] = figures["matches"] / all_running if all_running > 0 else 0.0
+            figures["matched_per_s"] = figures["matches"] / last_start if last_start > 0 else 0.0
             figures["effective_priorities"] = figures.pop("priorities", None)
         self.say(
-            f"{TITLES[system]}: all running after {all_running:.1f}s, "
-            f"{figures['writes_per_job']:.2f} own writes per job"
+            f"{TITLES[system]}: {len(phase.starts)} of {phase.jobs} started, the last after "
+            f"{last_start:.1f}s; {figures['writes_per_job']:.2f} own writes per job"
         )
+        if not completed:
+            phase.notes.append(
+                f"{TITLES[system]}: {len(phase.ends)} of {phase.jobs} jobs ended within "
+                f"--phase-timeout {self.phase_timeout:g}s; the rest were deleted with "
+                f"namespace {namespace}"
+            )
+            await self.clear(namespace)
         return phase
+
+    async def clear(self, namespace: str, timeout: float = 180.0) -> None:
+        """Delete a phase's namespace (its jobs and pods) and wait until its pods are gone,
+        so that the next system finds the nodes empty."""
+        (await self.http.delete(f"/api/v1/namespaces/{namespace}")).raise_for_status()
+
+        async def empty() -> bool:
+            path = f"/api/v1/namespaces/{namespace}/pods"
+            found = (await self.http.get(path, params={"limit": "1"})).json()
+            return not found.get("items")
+
+        await self.until(f"namespace {namespace} emptied", empty, timeout, poll=2.0)
 
     async def watch_priorities(self, phase: Phase) -> None:
         """The accountant's effective priorities just before the first job ends, and the
@@ -736,7 +760,8 @@ async def run_kondor(bench: Bench, args: argparse.Namespace, control: Mapping[st
             processes,
             impersonate=True,
         )
-        await check_kondor_jobs(bench, phase)
+        if phase.figures["completed"]:
+            await check_kondor_jobs(bench, phase)
     finally:
         stop_shards(shards)
 
@@ -1004,7 +1029,11 @@ def main() -> int:
         help=f"which to run, in order (default {','.join(SYSTEMS)})",
     )
     parser.add_argument(
-        "--phase-timeout", type=float, default=900, help="seconds a system has for every job"
+        "--phase-timeout",
+        type=float,
+        default=300,
+        help="seconds a system has, once every job is submitted, for every job to end "
+        "(default 300; what is left is deleted and the figures are those of what started)",
     )
     parser.add_argument("--out", type=Path, default=HERE / "results")
     args = parser.parse_args()
