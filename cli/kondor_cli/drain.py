@@ -1,7 +1,8 @@
 """`kubectl kondor drain`: condor_drain for ExecutionPoints.
 
     kubectl kondor drain [-graceful | -quick | -fast] [-reason TEXT]
-                         [-resume-on-completion | -exit-on-completion] [-check EXPR] NODE ...
+                         [-resume-on-completion | -exit-on-completion] [-check EXPR]
+                         [-start EXPR] NODE ...
     kubectl kondor drain -cancel NODE ...
 
 The request is written to the ExecutionPoint's `spec.drain` (a JSON merge patch; the operator
@@ -16,8 +17,11 @@ stays up under its DaemonSet, so that `-cancel` brings the node back without a r
 `-check EXPR` drains only if EXPR is true for every slot of the node (evaluated here, in each
 slot's ad as published). `kubectl get xp` and the status's `drain` show how it goes.
 
-condor_drain's `-start` (a START expression while draining) is not offered: this version's
-startd has no START override for drains. It is refused with that reason.
+`-start EXPR` (with -graceful only, as condor_drain) replaces the node's START while it drains:
+the resources of jobs that finished retiring take jobs EXPR accepts (the slot ads publish it
+as Start) until the last job that ran when the drain began exits; then the jobs accepted
+while draining are evicted (MaxJobRetirementTime 0, their vacate time honoured) and the
+drain completes.
 """
 
 from __future__ import annotations
@@ -36,11 +40,6 @@ from kondor_cli.status import select, slot_ads
 from kondor_core.api import EXECUTION_POINTS, GROUP, VERSION
 from kondor_core.api.meta import format_time
 from kondor_core.classads import ExpressionError, parse_expr
-
-_UNSUPPORTED = {
-    "start": "-start is not supported: this version's startd has no START override while "
-    "draining (no job starts on a draining node)",
-}
 
 
 class DrainApi(Protocol):
@@ -100,6 +99,8 @@ def drain_request(args: argparse.Namespace, user: str, now: float) -> dict[str, 
         request["reason"] = args.reason
     if args.check:
         request["check"] = args.check
+    if args.start is not None:
+        request["start"] = args.start
     return request
 
 
@@ -116,15 +117,20 @@ def run(
     connect_api: Callable[[argparse.Namespace], DrainApi] | None = None,
     clock: Callable[[], float] = time.time,
 ) -> int:
-    for option, why in _UNSUPPORTED.items():
-        if getattr(args, option):
-            print(f"kubectl kondor drain: {why}", file=sys.stderr)
-            return 2
-    if args.check:
+    if args.start is not None and (args.cancel or args.mode != "graceful"):
+        print(
+            "kubectl kondor drain: -start goes with -graceful only (the draining schedule "
+            "that lets jobs retire)",
+            file=sys.stderr,
+        )
+        return 2
+    for option, text in (("-check", args.check), ("-start", args.start)):
+        if text is None:
+            continue
         try:
-            parse_expr(args.check, field="-check")
+            parse_expr(text, field=option)
         except ExpressionError as err:
-            print(f"kubectl kondor drain: -check {args.check!r}: {err.reason}", file=sys.stderr)
+            print(f"kubectl kondor drain: {option} {text!r}: {err.reason}", file=sys.stderr)
             return 2
     api = (connect_api or (lambda a: KubeDrain(cast("KubeJobs", connect(a)))))(args)
     user = "" if args.cancel else api.whoami()
@@ -184,7 +190,7 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="once every slot is drained, the startd exits: no slots until -cancel",
     )
     parser.add_argument("-check", help="drain only if this is true for every slot")
-    parser.add_argument("-start", help="refused (see the description)")
+    parser.add_argument("-start", help="the START expression while draining (-graceful)")
     parser.add_argument("--kubeconfig", type=Path, help="default $KUBECONFIG, ~/.kube/config")
     parser.add_argument("--context", help="the kubeconfig context to use")
     parser.set_defaults(func=run)

@@ -164,3 +164,33 @@ def test_exit_on_completion_serves_no_slots_until_cancelled(cluster: Cluster) ->
         "the job run once the drain is cancelled",
     )
     assert ran["status"]["exitCode"] == 0
+
+
+def test_start_lets_jobs_it_accepts_use_the_draining_node_until_the_old_job_exits(
+    cluster: Cluster,
+) -> None:
+    cluster.apply(process_job("old", "sleep 8"), user="alice")
+    eventually(lambda: cluster.job("old")["status"].get("jobStatus") == "Running", 60, "old")
+    cluster.kubectl("kondor", "drain", "-graceful", "-start", "TARGET.Short =?= true", NODE)
+    eventually(lambda: ("Claimed", "Retiring") in states(cluster), 15, "old retiring")
+    cluster.apply(process_job("long", "sleep 600"), user="alice")
+    cluster.apply(process_job("short", "sleep 600", attributes={"Short": "true"}), user="alice")
+    eventually(
+        lambda: cluster.job("short")["status"].get("jobStatus") == "Running",
+        30,
+        "the job -start accepts Running on the draining node",
+    )
+    assert cluster.job("old")["status"].get("jobStatus") == "Running"  # still retiring
+    assert cluster.job("long")["status"].get("jobStatus") == "Idle"
+    # The old job ends: the one accepted while draining is evicted and the node drains.
+    evicted = eventually(
+        lambda: (job := cluster.job("short"))["status"].get("jobStatus") == "Idle" and job,
+        30,
+        "the accepted job evicted once the old one exited",
+    )
+    assert evicted["status"]["numJobStarts"] == 1
+    assert cluster.job("old")["status"].get("jobStatus") == "Completed"
+    eventually(lambda: states(cluster) == {("Drained", "Idle")}, 30, "every slot Drained")
+    cluster.kubectl("delete", "executionjob", "long", "short", "-n", "default")
+    cluster.kubectl("kondor", "drain", "-cancel", NODE)
+    eventually(lambda: states(cluster) == {("Unclaimed", "Idle")}, 30, "the slots back")

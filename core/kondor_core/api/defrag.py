@@ -68,6 +68,12 @@ class DefragSpec(Model):
         description="DEFRAG_DRAINING_SCHEDULE: how the nodes are drained (condor_drain's "
         "-graceful, -quick, -fast); always with -resume-on-completion",
     )
+    draining_start_expr: ClassAdExpr | None = Field(
+        default=None,
+        description="DEFRAG_DRAINING_START_EXPR: the START expression of the nodes it drains "
+        "(condor_drain -start, graceful drains only); none: they accept no job while "
+        "draining, as HTCondor's default FALSE",
+    )
     cancel_requirements: ClassAdExpr | None = Field(
         default=None,
         description="DEFRAG_CANCEL_REQUIREMENTS: a drain this controller started is cancelled "

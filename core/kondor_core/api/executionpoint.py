@@ -40,6 +40,12 @@ class DrainRequest(Model):
     check: ClassAdExpr | None = Field(
         default=None, description="-check: the drain was asked only if this held for every slot"
     )
+    start: ClassAdExpr | None = Field(
+        default=None,
+        description="-start (graceful only): the START expression while draining; resources "
+        "freed by retired jobs take the jobs it accepts until the last job that ran when the "
+        "drain began exits, then those are evicted",
+    )
     requested_at: str = Field(
         description="When it was asked (RFC 3339); a new time is a new request"
     )

@@ -50,8 +50,15 @@ KNOBS = {
     "DEFRAG_RANK": "rank",
     "DEFRAG_DRAINING_SCHEDULE": "draining_schedule",
     "DEFRAG_CANCEL_REQUIREMENTS": "cancel_requirements",
+    "DEFRAG_DRAINING_START_EXPR": "draining_start_expr",
 }
-_EXPRESSIONS = ("requirements", "whole_machine_expr", "rank", "cancel_requirements")
+_EXPRESSIONS = (
+    "requirements",
+    "whole_machine_expr",
+    "rank",
+    "cancel_requirements",
+    "draining_start_expr",
+)
 
 
 class DefragConfigError(KondorError):
@@ -302,14 +309,18 @@ def plan_defrag(
 
 
 def drain_request(settings: DefragSpec, now_text: str) -> dict[str, Any]:
-    """spec.drain as condor_defrag asks it (kondor_core.api.DrainRequest's form)."""
-    return {
+    """spec.drain as condor_defrag asks it (kondor_core.api.DrainRequest's form), with
+    DEFRAG_DRAINING_START_EXPR as -start for a graceful drain."""
+    request: dict[str, Any] = {
         "mode": settings.draining_schedule,
         "reason": DEFRAG_REASON,
         "resumeOnCompletion": True,
         "requestedAt": now_text,
         "requestedBy": DEFRAG_REQUESTER,
     }
+    if settings.draining_start_expr is not None and settings.draining_schedule == "graceful":
+        request["start"] = settings.draining_start_expr
+    return request
 
 
 def _partitionable_ads(ep: ExecutionPoint, now: float) -> list[Any]:

@@ -52,6 +52,8 @@ class MachineState:
     draining: DrainMode | None = None
     #: -resume-on-completion: leave Drained for Owner once every slot is drained.
     resume_on_completion: bool = False
+    #: -start: the START expression while draining gracefully (condor_drain -start).
+    drain_start: str | None = None
     shutting_down: ShutdownMode | None = None
     last_step: float | None = None
     #: Next dynamic slot number per partitionable slot name (slot1_1, slot1_2, ...).
@@ -132,15 +134,18 @@ def step_machine(
 
     draining = machine.draining
     resume = machine.resume_on_completion
+    drain_start = machine.drain_start
     shutting_down = machine.shutting_down
     broadcast: list[Event] = []
     for event in events:
         if isinstance(event, Drain):
             if draining is None:
                 draining, resume = event.mode, event.resume_on_completion
+                # condor_drain takes -start with -graceful only.
+                drain_start = event.start if event.mode is DrainMode.GRACEFUL else None
                 broadcast.append(event)
         elif isinstance(event, CancelDrain):
-            draining, resume = None, False
+            draining, resume, drain_start = None, False, None
         elif isinstance(event, Shutdown):
             shutting_down = event.mode
             broadcast.append(event)
@@ -164,6 +169,8 @@ def step_machine(
         )
         return FilteredFacts(policy, {**facts, **own}) if own else shared
 
+    finishing = drain_finishing(slots, draining)
+    accepting = drain_start if draining is not None and not finishing else None
     coordinated = None
     if draining is DrainMode.GRACEFUL:
         base = MachineContext(draining=draining)
@@ -171,7 +178,7 @@ def step_machine(
             (
                 retirement_remaining(policy, s, facts_for(s), now, machine=base)
                 for s in slots
-                if s.claim_active()
+                if s.claim_active() and not (s.claim and s.claim.accepted_while_draining)
             ),
             default=0.0,
         )
@@ -184,13 +191,20 @@ def step_machine(
         if not policy.startd_slot_attrs and not drain_complete:
             if not same_context or same_context[0].draining is not draining:
                 same_context[:] = [
-                    MachineContext(draining=draining, drain_retirement_remaining=coordinated)
+                    MachineContext(
+                        draining=draining,
+                        drain_retirement_remaining=coordinated,
+                        drain_start=accepting,
+                        drain_finishing=finishing and drain_start is not None,
+                    )
                 ]
             return same_context[0]
         return MachineContext(
             draining=draining,
             drain_retirement_remaining=coordinated,
             drain_complete=drain_complete,
+            drain_start=accepting if draining is not None else None,
+            drain_finishing=finishing and drain_start is not None,
             slot_attrs=cross_slot_attrs(policy, slots, facts_for),
         )
 
@@ -248,7 +262,7 @@ def step_machine(
                 actions.extend(slot_actions)
                 transitions.extend(new_slot.transitions)
         if resume:
-            draining, resume = None, False
+            draining, resume, drain_start = None, False, None
             for i, slot in enumerate(slots):
                 new_slot, slot_actions = step(
                     policy, slot, facts_for(slot), None, now, (), machine=context()
@@ -261,11 +275,28 @@ def step_machine(
         slots=tuple(slots),
         draining=draining,
         resume_on_completion=resume,
+        drain_start=drain_start,
         shutting_down=shutting_down,
         last_step=now,
         next_dynamic=next_dynamic,
     )
     return MachineStep(machine=new_machine, actions=actions, transitions=transitions)
+
+
+def drain_finishing(slots: Sequence[SlotState], draining: DrainMode | None) -> bool:
+    """condor_drain -start: jobs accepted while draining run until no job that ran when the
+    drain began is left; from then on they are evicted and nothing more is accepted."""
+    return draining is not None and not any(
+        s.claim is not None and not s.claim.accepted_while_draining for s in slots
+    )
+
+
+def drain_start_now(machine: MachineState) -> str | None:
+    """The START expression the machine's slots go by now: the drain's -start while it
+    accepts jobs, else None (the policy's START)."""
+    if machine.drain_start is None or drain_finishing(machine.slots, machine.draining):
+        return None
+    return machine.drain_start
 
 
 def _matches_with_activation(
@@ -299,7 +330,9 @@ def _carve(
     refusal = None
     if pslot.state not in (State.UNCLAIMED, State.OWNER):
         refusal = f"the partitionable slot is {pslot.state}"
-    elif machine.draining is not None or pslot.shutting_down is not None:
+    elif (machine.draining is not None and machine.drain_start is None) or (
+        pslot.shutting_down is not None
+    ):
         refusal = "the startd is draining or shutting down"
     else:
         ok, why = accepts(policy, pslot, facts, match.job_ad, now, machine=machine)

@@ -105,6 +105,8 @@ class Claim:
     kill_sig: str = "SIGTERM"
     #: The negotiator preempts for user priority rather than machine RANK.
     for_user_priority: bool = False
+    #: AcceptedWhileDraining: the claim began while the machine drained with a -start.
+    accepted_while_draining: bool = False
     #: The job's Owner (RemoteOwner while it runs here).
     owner: str | None = None
     #: The job's attributes flattened for evaluation; filled by the engine.
@@ -245,6 +247,9 @@ class Drain:
     mode: DrainMode = DrainMode.GRACEFUL
     #: -resume-on-completion: finalize once every slot is drained (transition 34 to Owner).
     resume_on_completion: bool = False
+    #: -start: the START expression while draining (graceful): resources freed by retired
+    #: jobs take jobs it accepts, until the last job running when the drain began exits.
+    start: str | None = None
 
 
 @dataclass(frozen=True)
@@ -385,6 +390,11 @@ class MachineContext:
     drain_retirement_remaining: float | None = None
     #: Every slot of the machine is in the Drained state (Drained/Retiring -> Idle, 33).
     drain_complete: bool = False
+    #: condor_drain -start: the START expression while draining, until `drain_finishing`.
+    drain_start: str | None = None
+    #: No job that ran when the drain began is left: jobs accepted while draining are
+    #: evicted (MaxJobRetirementTime 0) and nothing more is accepted.
+    drain_finishing: bool = False
     #: Cross-slot attributes (slot1_State, ...) from STARTD_SLOT_ATTRS.
     slot_attrs: Mapping[str, Fact] = field(default_factory=dict)
 

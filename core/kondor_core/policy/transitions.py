@@ -176,7 +176,7 @@ def advertised(
     elif truth(stepper.evaluate_knob("START", None)) is True:
         out["Requirements"] = True
     else:
-        out["Requirements"] = policy.knob("START") or "False"
+        out["Requirements"] = stepper.machine.drain_start or policy.knob("START") or "False"
     claim = slot.claim
     if claim is not None:
         owner = _job_value(claim, "Owner")
@@ -399,6 +399,13 @@ class _Stepper:
             return self._cache[key]
         value: Any = classad2.Value.Undefined
         job = claim.job_ad if claim is not None else None
+        if name == "START" and self.machine.drain_start is not None:
+            # condor_drain -start replaces START while the machine drains.
+            tree = self.policy.job_tree(self.machine.drain_start, field="drain -start")
+            ad = self.ad(claim)
+            value = tree.eval(ad, job) if job is not None else tree.eval(ad)
+            self._cache[key] = value
+            return value
         if claim is not None and name in defaults.VANILLA_VARIANTS:
             universe = _job_value(claim, "JobUniverse")
             vanilla = self.policy.tree(f"{name}_VANILLA")
@@ -489,10 +496,24 @@ class _Stepper:
     def in_retirement(self) -> bool:
         return self.s.pending_claim is not None or not self.may_unretire()
 
+    def drain_applies(self) -> bool:
+        """Whether the machine's drain applies to this slot's claim: always, but to a claim
+        accepted while draining (condor_drain -start) only once the drain is finishing."""
+        if self.machine.draining is None:
+            return False
+        claim = self.s.claim
+        return not (
+            claim is not None and claim.accepted_while_draining and not self.machine.drain_finishing
+        )
+
+    def draining_refuses(self) -> bool:
+        """The machine drains and takes no new job (no -start, or the drain is finishing)."""
+        return self.machine.draining is not None and self.machine.drain_start is None
+
     def may_unretire(self) -> bool:
         claim = self.s.claim
         return (
-            self.machine.draining is None
+            not self.drain_applies()
             and self.s.shutting_down is None
             and claim is not None
             and claim.may_unretire
@@ -517,6 +538,8 @@ class _Stepper:
             mjrt = _INF
         if self.machine.draining is DrainMode.QUICK:
             mjrt = 0.0
+        if claim.accepted_while_draining and self.machine.drain_finishing:
+            mjrt = 0.0  # the last job that ran when the drain began is gone
         job_value = _lookup_attr(claim.job_ad, "MaxJobRetirementTime")
         if isinstance(job_value, classad2.ExprTree):
             tree = self.policy.job_tree(job_value, field="job MaxJobRetirementTime", job_is_my=True)
@@ -556,7 +579,8 @@ class _Stepper:
     def retirement_expired(self) -> bool:
         remaining = self.retirement_remaining()
         coordinated = self.machine.drain_retirement_remaining
-        if self.machine.draining is DrainMode.GRACEFUL and coordinated is not None:
+        accepted = self.s.claim is not None and self.s.claim.accepted_while_draining
+        if self.machine.draining is DrainMode.GRACEFUL and coordinated is not None and not accepted:
             # condor_drain -graceful: every job gets the longest retirement any slot has.
             remaining = max(remaining, coordinated) if self.s.claim_active() else coordinated
         if remaining <= 0:
@@ -578,7 +602,7 @@ class _Stepper:
             or s.activity is Activity.RETIRING
             or s.state is State.PREEMPTING
             or self.worklife_expired()
-            or self.machine.draining is not None
+            or self.drain_applies()
             or s.shutting_down is not None
         )
 
@@ -636,7 +660,7 @@ class _Stepper:
             if s.kind is SlotKind.DYNAMIC:
                 self.delete(reason)
                 return
-            if self.machine.draining is not None:
+            if self.draining_refuses():
                 self.change(State.DRAINED, Activity.RETIRING, f"drain-{self.machine.draining}", 36)
                 return
             if s.shutting_down is None:
@@ -837,7 +861,7 @@ class _Stepper:
             refuse = "a partitionable slot is claimed through a dynamic slot (use step_machine)"
         elif s.state in (State.PREEMPTING, State.DRAINED, State.MATCHED) or s.deleted:
             refuse = f"the slot is {s.state}"
-        elif s.shutting_down is not None or self.machine.draining is not None:
+        elif s.shutting_down is not None or self.draining_refuses():
             refuse = "the startd is shutting down or draining"
         elif s.state is State.CLAIMED:
             refuse = self.preempting_claim_refusal(claim)
@@ -848,6 +872,8 @@ class _Stepper:
         if refuse is not None:
             self.act(ActionKind.REFUSE_CLAIM, f"match refused: {refuse}", claim)
             return
+        if self.machine.draining is not None:  # accepted by condor_drain -start
+            claim = dataclasses.replace(claim, accepted_while_draining=True)
         who = f"match with {claim.job_id}"
         if s.state is State.CLAIMED:
             kind = "user priority" if claim.for_user_priority else "RANK"
@@ -1140,7 +1166,7 @@ class _Stepper:
         s = self.s
         if s.kind is SlotKind.DYNAMIC:
             self.delete("dynamic slot in Owner")
-        elif self.machine.draining is not None:
+        elif self.draining_refuses():
             self.change(State.DRAINED, Activity.RETIRING, f"drain-{self.machine.draining}", 36)
         elif s.shutting_down is None:
             value = self.evaluate_knob("IS_OWNER", None)
@@ -1152,7 +1178,7 @@ class _Stepper:
         if s.kind is SlotKind.DYNAMIC:
             self.delete("dynamic slot unclaimed")
             return
-        if self.machine.draining is not None:
+        if self.draining_refuses():
             self.change(State.DRAINED, Activity.RETIRING, f"drain-{self.machine.draining}", 37)
             return
         if s.shutting_down is not None:
@@ -1265,7 +1291,7 @@ class _Stepper:
             if self.worklife_expired():
                 self.preempt("CLAIM_WORKLIFE expired", number=10)
                 return
-            if self.machine.draining is not None:
+            if self.drain_applies():
                 self.preempt(f"drain-{self.machine.draining}", number=10)
                 return
             if s.shutting_down is not None:

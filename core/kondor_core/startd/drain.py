@@ -36,7 +36,7 @@ def drain_step(requested: DrainRequest | None, applied: str | None) -> DrainStep
         return DrainStep((), applied)
     # -exit-on-completion wins over -resume-on-completion (condor_drain takes one of them).
     resume = requested.resume_on_completion and not requested.exit_on_completion
-    drain = Drain(DrainMode(requested.mode), resume_on_completion=resume)
+    drain = Drain(DrainMode(requested.mode), resume_on_completion=resume, start=requested.start)
     events: tuple[Event, ...] = (CancelDrain(), drain) if applied is not None else (drain,)
     return DrainStep(events, requested.requested_at)
 

@@ -48,7 +48,7 @@ from kondor_core.policy import (
     step_machine,
 )
 from kondor_core.policy import Activity as EngineActivity
-from kondor_core.policy.machine import cross_slot_attrs
+from kondor_core.policy.machine import cross_slot_attrs, drain_start_now
 from kondor_core.slots import (
     AdRenderer,
     Layout,
@@ -365,8 +365,10 @@ def published_ads(
     def facts_for(slot: SlotState) -> Mapping[str, Fact]:
         return {**live, **facts.get(slot.name, facts.get(slot.parent or "", {}))}
 
+    drain_start = drain_start_now(startd.state)
     context = MachineContext(
         draining=startd.state.draining,
+        drain_start=drain_start,
         slot_attrs=cross_slot_attrs(engine, startd.state.slots, facts_for),
     )
     clock_min, clock_day = engine.clock(now)
@@ -389,6 +391,10 @@ def published_ads(
             if requirements is False:
                 attributes["Requirements"] = False
                 expressions.discard("Requirements")
+            elif drain_start is not None and "Start" in ad.attributes:
+                # condor_drain -start: the negotiator sees the START the slot goes by.
+                attributes["Start"] = drain_start
+                expressions.add("Start")
             if slot.kind is SlotKind.PARTITIONABLE:
                 children = [states.get(name) for name in attributes.get("ChildName", [])]
                 attributes["ChildState"] = [str(c.state) if c else "Claimed" for c in children]

@@ -83,7 +83,8 @@ def test_check_must_hold_for_every_slot(capsys: pytest.CaptureFixture[str]) -> N
     ("argv", "message"),
     [
         (["-check", "Cpus >", "n1"], "-check 'Cpus >'"),
-        (["-start", "True", "n1"], "-start is not supported"),
+        (["-start", "True", "-quick", "n1"], "-start goes with -graceful only"),
+        (["-start", "Cpus >", "n1"], "-start 'Cpus >'"),
     ],
 )
 def test_what_cannot_be_done_is_refused_with_the_reason(
@@ -119,3 +120,11 @@ def test_exit_on_completion_is_asked_in_the_request() -> None:
     request = patch["spec"]["drain"]
     assert (request["exitOnCompletion"], request["resumeOnCompletion"]) == (True, False)
     assert DrainRequest.model_validate(request).exit_on_completion
+
+
+def test_start_is_asked_in_the_request() -> None:
+    api = FakeApi(ep("n1", [1]))
+    assert run(api, "-start", "TARGET.Short =?= true", "n1") == 0
+    ((_, patch),) = api.patches
+    request = DrainRequest.model_validate(patch["spec"]["drain"])
+    assert (request.mode, request.start) == ("graceful", "TARGET.Short =?= true")

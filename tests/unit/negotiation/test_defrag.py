@@ -223,6 +223,16 @@ def test_a_defrag_drain_is_cancelled_once_the_node_is_whole_an_admin_s_never() -
     assert custom.cancel == ("a", "b")
 
 
+def test_draining_start_expr_is_the_graceful_drain_s_start() -> None:
+    start = "TARGET.MaxWallTime < 600"
+    graceful = drain_request(settings(drainingStartExpr=start), "2027-01-15T08:10:00Z")
+    assert graceful["start"] == start
+    quick = drain_request(
+        settings(drainingStartExpr=start, drainingSchedule="quick"), "2027-01-15T08:10:00Z"
+    )
+    assert "start" not in quick
+
+
 def test_the_drain_request_is_condor_defrag_s() -> None:
     request = drain_request(settings(drainingSchedule="quick"), "2027-01-15T08:10:00Z")
     assert request == {

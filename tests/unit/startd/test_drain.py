@@ -149,3 +149,45 @@ def test_exit_on_completion_ends_exited_until_the_request_goes() -> None:
 def test_exit_on_completion_wins_over_resume_on_completion() -> None:
     both = request(resumeOnCompletion=True, exitOnCompletion=True)
     assert drain_step(both, None).events == (Drain(DrainMode.GRACEFUL),)
+
+
+def test_start_lets_freed_resources_take_jobs_until_the_last_old_job_exits() -> None:
+    """condor_drain -graceful -start: the partitionable slot keeps taking jobs the -start
+    expression accepts while the job that ran when the drain began retires; once that job
+    exits, the jobs accepted while draining are evicted and the machine drains."""
+    wanted = request(start="TARGET.Short =?= true")
+    node = node_with_a_job(retirement=3600)
+    node = startd.tick(node, {}, 2, machine_events=drain_step(wanted, None).events).startd
+    assert node.state.drain_start == "TARGET.Short =?= true"
+    assert states(node)["slot1@n"] == ("Unclaimed", "Idle")  # not Drained: it takes jobs
+    assert states(node)["slot1_1@n"] == ("Claimed", "Retiring")
+    ad = next(a for a in startd.published_ads(node, {}, 2) if a.name == "slot1@n")
+    assert ad.attributes["Start"] == "TARGET.Short =?= true"
+    assert "Start" in ad.expressions
+
+    long_job = job_ad(ExecutionJobSpec(), "long")
+    refused = startd.tick(
+        node,
+        {},
+        3,
+        slot_events={"slot1@n": [Match("c2", long_job, job_id="long"), ActivateClaim()]},
+    )
+    assert any(a.kind.value == "refuse-claim" for a in refused.actions)
+    short = job_ad(ExecutionJobSpec.model_validate({"attributes": {"Short": "true"}}), "short")
+    node = startd.tick(
+        node, {}, 4, slot_events={"slot1@n": [Match("c3", short, job_id="short"), ActivateClaim()]}
+    ).startd
+    accepted = next(s for s in node.state.slots if s.claim and s.claim.job_id == "short")
+    assert accepted.claim is not None and accepted.claim.accepted_while_draining
+    assert (accepted.state.value, accepted.activity.value) == ("Claimed", "Busy")
+    node = startd.tick(node, {}, 10).startd
+    assert states(node)[accepted.name] == ("Claimed", "Busy")  # not retired while old runs
+
+    # The job that ran when the drain began exits: the accepted one is evicted at once.
+    node = startd.tick(node, {}, 20, slot_events={"slot1_1@n": [JobExited(0)]}).startd
+    node = startd.tick(node, {}, 21).startd
+    assert states(node)[accepted.name][0] == "Preempting"
+    node = startd.tick(node, {}, 22, slot_events={accepted.name: [JobGone()]}).startd
+    node = startd.tick(node, {}, 23).startd
+    assert set(states(node).values()) == {("Drained", "Idle")}
+    assert drain_status(wanted, node.state, None, 23) is not None
