@@ -266,7 +266,7 @@ def _publish(args: argparse.Namespace) -> int:
     cron = CronRunner(args.hooks_dir)
     benchmarks = BenchmarkRunner()
     jobs = WatchedJobs(api, args.node_name)
-    pods = PodLauncher(api, args.node_name)
+    pods = PodLauncher(api, args.node_name, hooks_dir=args.hooks_dir)
     launcher = _process_launcher(args)
     runner = JobRunner(
         jobs,
@@ -292,7 +292,7 @@ def _publish(args: argparse.Namespace) -> int:
         cod=cod,
         fetch=fetch,
     )
-    cron.on_update = benchmarks.on_done = fetch.on_done = agent.wake
+    cron.on_update = benchmarks.on_done = fetch.on_done = pods.on_done = agent.wake
     watched.on_change = jobs.on_change = cod_claims.on_change = agent.wake
     watched.start()
     jobs.start()

@@ -12,6 +12,12 @@ the pod at once and kills what is left in its cgroup. A frozen pod is thawed bef
 deletion (the kubelet cannot stop a frozen container). A container the kernel OOM-killed holds
 the job with HoldReasonCode 34, as HTCondor does. Where the pod has no cgroup on this host (a
 simulated node) suspend leaves it running and soft kill deletes it with its grace period.
+
+A job whose policy and HookKeyword name job hooks (PREPARE_JOB, UPDATE_JOB_INFO, JOB_EXIT) has
+its Pod created, followed and ended by a thread of its own (`kondor_agent.podhooks`), so a hook
+never blocks the agent's loop: PREPARE_JOB may edit the Pod before it exists or hold the job,
+and the job's end is reported once JOB_EXIT has returned. A pod a restarted agent takes back
+runs no hooks.
 """
 
 from __future__ import annotations
@@ -21,7 +27,8 @@ import logging
 import os
 import signal as signals
 import threading
-from collections.abc import Mapping
+import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -33,8 +40,10 @@ from kondor_agent import podcgroup
 from kondor_agent.execute.jobdir import OUT_OF_MEMORY
 from kondor_agent.jobs import Outcome
 from kondor_agent.kube import KubernetesAPI, informer
+from kondor_agent.podhooks import PodHooksRun, PodSide, pod_job_hooks, resolve_programs
 from kondor_core.api import EXECUTION_POINT_LABEL, ExecutionJob, JobExecution
 from kondor_core.api.meta import parse_time
+from kondor_core.jobs.hooks import HOOK_PREPARE_JOB_FAILURE
 from kondor_core.jobs.pod import (
     DEDICATED,
     HARVEST_PRIORITY_CLASS,
@@ -60,9 +69,22 @@ class PodLauncher:
     """Creates, follows and deletes the job pods of one node."""
 
     def __init__(
-        self, api: KubernetesAPI, node: str, cgroup_root: Path = podcgroup.CGROUP_ROOT
+        self,
+        api: KubernetesAPI,
+        node: str,
+        cgroup_root: Path = podcgroup.CGROUP_ROOT,
+        *,
+        hooks_dir: Path | None = None,
+        clock: Callable[[], float] = time.time,
     ) -> None:
         self.core = client.CoreV1Api(api.api_client)
+        self.hooks_dir = hooks_dir
+        self.clock = clock
+        self._macros: Mapping[str, str] = {}
+        #: The pod jobs with hooks, by (namespace, name) of their Pod.
+        self._hooked: dict[tuple[str, str], PodHooksRun] = {}
+        #: Told when a hooked pod job has ended (the loop wakes to report it).
+        self.on_done: Callable[[], None] | None = None
         self.api = api
         self.node = node
         self.cgroup_root = cgroup_root
@@ -80,10 +102,15 @@ class PodLauncher:
 
     def stop(self) -> None:
         self._stop.set()
+        with self._lock:
+            runs = list(self._hooked.values())
+        for run in runs:
+            run.stop()
 
     def configure(self, macros: Mapping[str, str]) -> None:
-        """The node's pod mode (KONDOR_POD_MODE) and harvest PriorityClass."""
+        """The node's pod mode (KONDOR_POD_MODE) and harvest PriorityClass; its job hooks."""
         self.mode, self.priority_class = pod_mode(macros)
+        self._macros = dict(macros)
 
     def launch(self, job: ExecutionJob, job_id: str, slot: SlotAd, job_ad_text: str) -> PodHandle:
         claim_id = job.status.claim_id if job.status and job.status.claim_id else job_id
@@ -98,6 +125,25 @@ class PodLauncher:
             mode=self.mode,
             priority_class=self.priority_class,
         )
+        memory = slot.attributes.get("Memory", 0)
+        handle = PodHandle(
+            namespace,
+            pod["metadata"]["name"],
+            slot.name,
+            int(memory) if isinstance(memory, int | float) else 0,
+        )
+        slot_id = slot.attributes.get("SlotID", 1)
+        hooks = pod_job_hooks(
+            self._macros, int(slot_id) if isinstance(slot_id, int | float) else 1, job_ad_text
+        )
+        if hooks is None:
+            self._create(namespace, config_map, pod)
+            log.info("created pod %s/%s for %s", namespace, handle.name, job_id)
+            return handle
+        self._launch_hooked(handle, hooks, job_ad_text, config_map, pod)
+        return handle
+
+    def _create(self, namespace: str, config_map: dict[str, Any], pod: dict[str, Any]) -> None:
         creates: tuple[tuple[Any, dict[str, Any]], ...] = (
             (self.core.create_namespaced_config_map, config_map),
             (self.core.create_namespaced_pod, pod),
@@ -108,16 +154,76 @@ class PodLauncher:
             except ApiException as error:
                 if error.status != 409:  # already there: a restarted agent re-launching
                     raise
-        log.info("created pod %s/%s for %s", namespace, pod["metadata"]["name"], job_id)
-        memory = slot.attributes.get("Memory", 0)
-        return PodHandle(
-            namespace,
-            pod["metadata"]["name"],
-            slot.name,
-            int(memory) if isinstance(memory, int | float) else 0,
+
+    def _launch_hooked(
+        self,
+        handle: PodHandle,
+        hooks: Any,
+        job_ad_text: str,
+        config_map: dict[str, Any],
+        pod: dict[str, Any],
+    ) -> None:
+        """Start the thread that runs the job's hooks around its Pod (`podhooks`); a hook
+        program refused (outside the hooks directory) holds the job at once."""
+        key = (handle.namespace, handle.name)
+        programs = resolve_programs(hooks, self.hooks_dir)
+        side = PodSide(
+            create=lambda made_map, made_pod: self._create(handle.namespace, made_map, made_pod),
+            outcome=lambda: self._pod_outcome(handle),
+            terminated=lambda: self._terminated(handle),
+            attributes=lambda started: self._running_attributes(handle, started),
+            kill=lambda number: self._kill_now(handle, number),
         )
+        run = PodHooksRun(
+            hooks=hooks,
+            programs=programs if isinstance(programs, dict) else {},
+            job_ad_text=job_ad_text,
+            config_map=config_map,
+            pod=pod,
+            side=side,
+            hooks_dir=str(self.hooks_dir or "/"),
+            environment=dict(os.environ),
+            clock=self.clock,
+            on_done=self.on_done,
+        )
+        with self._lock:
+            self._hooked[key] = run
+        if isinstance(programs, str):
+            log.warning("pod %s/%s: %s", handle.namespace, handle.name, programs)
+            run.outcome = Outcome(
+                hold_reason=programs,
+                hold_reason_code=HOOK_PREPARE_JOB_FAILURE,
+                end_time=self.clock(),
+            )
+            return
+        log.info(
+            "running the hooks of pod %s/%s (%s)", handle.namespace, handle.name, hooks.keyword
+        )
+        run.start()
+
+    def _run_of(self, handle: PodHandle) -> PodHooksRun | None:
+        with self._lock:
+            return self._hooked.get((handle.namespace, handle.name))
+
+    def hook_failures(self, handle: PodHandle) -> list[tuple[str, str]]:
+        """The failures of the job's UPDATE_JOB_INFO and JOB_EXIT since the last call."""
+        run = self._run_of(handle)
+        return [] if run is None else run.failures()
+
+    def note_exit_how(self, handle: PodHandle, how: str) -> None:
+        """Why the agent ends the job (remove, hold, evict), for its JOB_EXIT hook."""
+        run = self._run_of(handle)
+        if run is not None:
+            with run._lock:
+                run.how = how
 
     def ended(self, handle: PodHandle) -> bool:
+        run = self._run_of(handle)
+        if run is not None:
+            return run.ended  # once JOB_EXIT has returned
+        return self._pod_ended(handle)
+
+    def _pod_ended(self, handle: PodHandle) -> bool:
         with self._lock:
             pod = self._pods.get((handle.namespace, handle.name))
         return pod is not None and (pod.get("status") or {}).get("phase") in (
@@ -126,7 +232,64 @@ class PodLauncher:
         )
 
     def poll(self, handle: PodHandle) -> Outcome | None:
-        if not self.ended(handle):
+        run = self._run_of(handle)
+        if run is not None:
+            with run._lock:
+                return run.outcome
+        return self._pod_outcome(handle)
+
+    def _terminated(self, handle: PodHandle) -> Mapping[str, Any] | None:
+        """The first container's `terminated` state the watch saw, None when none."""
+        with self._lock:
+            pod = self._pods.get((handle.namespace, handle.name)) or {}
+        for container in (pod.get("status") or {}).get("containerStatuses") or []:
+            done = (container.get("state") or {}).get("terminated")
+            if done:
+                return dict(done)
+        return None
+
+    def _running_attributes(self, handle: PodHandle, created: float) -> dict[str, Any]:
+        """UPDATE_JOB_INFO's attributes: the pod's processes and CPU from its cgroup where
+        this host has it (0 where it has none: a simulated node)."""
+        with self._lock:
+            pod = self._pods.get((handle.namespace, handle.name)) or {}
+        started = created
+        for container in (pod.get("status") or {}).get("containerStatuses") or []:
+            state = container.get("state") or {}
+            at = (state.get("running") or state.get("terminated") or {}).get("startedAt")
+            started = _epoch(at) or started
+            break
+        cgroup = self._identity(handle)
+        pids: list[int] = []
+        user = system = 0.0
+        if cgroup is not None:
+            pids = [
+                pid
+                for pid in podcgroup.pod_processes(*cgroup, self.cgroup_root)
+                if not podcgroup.is_pause(pid)
+            ]
+            user, system = _cgroup_cpu(podcgroup.find_pod_cgroups(*cgroup, self.cgroup_root))
+        directory = self._freezer(handle)
+        frozen = directory is not None and podcgroup.is_frozen(directory)
+        return {
+            "JobState": "Suspended" if frozen else "Running",
+            "JobPid": min(pids, default=0),
+            "NumPids": len(pids),
+            "JobStartDate": int(started),
+            "RemoteSysCpu": round(system, 3),
+            "RemoteUserCpu": round(user, 3),
+            "ImageSize": _image_size_kib(pids),
+        }
+
+    def _kill_now(self, handle: PodHandle, number: int) -> None:
+        """A kill asked for while the hooks' thread was creating the Pod."""
+        if number == signals.SIGKILL:
+            self.hard_kill(handle)
+        else:
+            self.soft_kill(handle, str(number))
+
+    def _pod_outcome(self, handle: PodHandle) -> Outcome | None:
+        if not self._pod_ended(handle):
             return None
         with self._lock:
             pod = self._pods[(handle.namespace, handle.name)]
@@ -154,6 +317,9 @@ class PodLauncher:
 
     def soft_kill(self, handle: PodHandle, signal: str) -> None:
         """The job's KillSig to the containers' processes; the pod stays until hard kill."""
+        run = self._run_of(handle)
+        if run is not None and not run.killed(_signal_number(signal)):
+            return  # no Pod yet: its hooks' thread will not create it
         cgroup = self._identity(handle)
         directory = self._freezer(handle)
         if cgroup is None or directory is None:
@@ -169,6 +335,9 @@ class PodLauncher:
 
     def hard_kill(self, handle: PodHandle) -> None:
         """Delete the pod at once and kill whatever is left in its cgroup."""
+        run = self._run_of(handle)
+        if run is not None and not run.killed(int(signals.SIGKILL)):
+            return  # no Pod yet: its hooks' thread will not create it
         cgroup = self._identity(handle)
         self._delete(handle, 0)
         if cgroup is not None:
@@ -197,7 +366,15 @@ class PodLauncher:
 
     def remove(self, handle: PodHandle) -> None:
         """The pod goes with its ExecutionJob (owner reference); a finished one now."""
+        run = self._run_of(handle)
+        if run is not None:
+            run.killed(int(signals.SIGKILL))  # a Pod not created yet never is
+            run.stop()
+            with self._lock:
+                self._hooked.pop((handle.namespace, handle.name), None)
         self._delete(handle, 0)
+        with self._lock:  # the job is gone: nothing asks about its pod any more
+            self._pods.pop((handle.namespace, handle.name), None)
 
     def _identity(self, handle: PodHandle) -> tuple[str, str] | None:
         """The pod's UID and QoS class, as the watch last saw it."""
@@ -274,13 +451,18 @@ class PodLauncher:
             self._pods[(handle.namespace, handle.name)] = {"status": {"phase": "Failed"}}
 
     def _run(self) -> None:
+        # A pod this launcher deleted stays ended (`_delete` marks it so, with no metadata),
+        # whatever the watch still shows of it while it terminates.
         def listed(items: list[Mapping[str, Any]]) -> None:
             with self._lock:
+                deleted = {key: pod for key, pod in self._pods.items() if "metadata" not in pod}
                 self._pods = {_key(item): item for item in items}
+                self._pods.update(deleted)
 
         def changed(kind: str, found: Mapping[str, Any]) -> None:
             with self._lock:
-                if kind != "DELETED":
+                known = self._pods.get(_key(found))
+                if kind != "DELETED" and (known is None or "metadata" in known):
                     self._pods[_key(found)] = found
 
         informer(
@@ -318,6 +500,33 @@ def _container_memory_mib(pod: Mapping[str, Any]) -> int:
     containers = (pod.get("spec") or {}).get("containers") or [{}]
     limit = str(((containers[0].get("resources") or {}).get("limits") or {}).get("memory", ""))
     return int(limit[:-2]) if limit.endswith("Mi") and limit[:-2].isdigit() else 0
+
+
+def _cgroup_cpu(directories: list[Path]) -> tuple[float, float]:
+    """User and system CPU seconds of a pod: v2's cpu.stat, else v1's cpuacct.stat (ticks)."""
+    for directory in directories:
+        with contextlib.suppress(OSError, ValueError, KeyError):
+            text = (directory / "cpu.stat").read_text()
+            if "user_usec" in text:
+                fields = dict(line.split() for line in text.splitlines() if line.count(" ") == 1)
+                return int(fields["user_usec"]) / 1e6, int(fields["system_usec"]) / 1e6
+    ticks = os.sysconf("SC_CLK_TCK")
+    for directory in directories:
+        with contextlib.suppress(OSError, ValueError, KeyError):
+            text = (directory / "cpuacct.stat").read_text()
+            fields = dict(line.split() for line in text.splitlines() if line.count(" ") == 1)
+            return int(fields["user"]) / ticks, int(fields["system"]) / ticks
+    return 0.0, 0.0
+
+
+def _image_size_kib(pids: list[int]) -> int:
+    """ImageSize: the processes' virtual memory in KiB (as the starter sums it)."""
+    page_kib = os.sysconf("SC_PAGE_SIZE") // 1024
+    total = 0
+    for pid in pids:
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            total += int(Path(f"/proc/{pid}/statm").read_text().split()[0]) * page_kib
+    return total
 
 
 def _signal_number(name: str) -> int:

@@ -8,7 +8,8 @@ from __future__ import annotations
 import signal
 import subprocess
 import sys
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -18,8 +19,12 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from kondor_agent import podcgroup
+from kondor_agent.jobs import Outcome
+from kondor_agent.podhooks import exit_status
 from kondor_agent.pods import PodHandle, PodLauncher, _signal_number
 from kondor_core.api import ExecutionJob, JobExecution
+from kondor_core.classads import parse_ad
+from kondor_core.slots import SlotAd
 
 UID = "11111111-2222-3333-4444-555555555555"
 HANDLE = PodHandle("default", "job-1", "slot1_1@n0", 128)
@@ -102,7 +107,7 @@ def test_deletion_thaws_first_and_hard_kill_kills_what_is_left(
 
 def test_an_oom_killed_container_holds_the_job_with_code_34(tmp_path: Path) -> None:
     pods, _core = launcher(tmp_path, 0)
-    pods._pods[("default", "job-1")]["status"] = {
+    pods._pods[("default", "job-1")]["status"] = {  # type: ignore[index]
         "phase": "Failed",
         "containerStatuses": [{"state": {"terminated": {"exitCode": 137, "reason": "OOMKilled"}}}],
     }
@@ -138,7 +143,8 @@ class FakeReads(FakeCore):
     def read_namespaced_pod(self, name: str, namespace: str) -> dict[str, Any]:
         if name not in self.pods:
             raise ApiException(status=404)
-        return self.pods[name]
+        found: dict[str, Any] = self.pods[name]
+        return found
 
 
 def adopting(tmp_path: Path, pods: dict[str, Any]) -> PodLauncher:
@@ -194,3 +200,234 @@ def test_a_restarted_agent_takes_back_its_running_pod_and_clear_spares_it(
 )
 def test_nothing_to_take_back(tmp_path: Path, directory: str, found: dict[str, Any]) -> None:
     assert adopting(tmp_path, found).adopt(JOB, execution(directory)) is None
+
+
+# --- job hooks around a pod job (kondor_agent.podhooks) --------------------------------------
+
+HOOKED_AD = 'ClusterId = 3\nProcId = 0\nOwner = "alice"\nHookKeyword = "POD"\n'
+SLOT = SlotAd("slot1_1@n0", {"Name": "slot1_1@n0", "SlotID": 1, "Cpus": 1, "Memory": 128},
+              frozenset())  # fmt: skip
+HOOKED_JOB = ExecutionJob.model_validate(
+    {
+        "metadata": {"name": "hooked", "namespace": "default", "uid": "u-1"},
+        "spec": {
+            "pod": {
+                "template": {
+                    "spec": {
+                        "containers": [
+                            {"name": "main", "image": "busybox", "args": ["original"]},
+                            {"name": "helper", "image": "sidecar"},
+                        ]
+                    }
+                }
+            }
+        },
+        "status": {"claimId": "c#1"},
+    }
+)
+
+
+class FakeCreates:
+    """Records what the launcher creates and deletes."""
+
+    def __init__(self) -> None:
+        self.created: list[tuple[str, dict[str, Any]]] = []
+        self.deleted: list[str] = []
+
+    def create_namespaced_config_map(self, namespace: str, body: dict[str, Any]) -> None:
+        self.created.append(("ConfigMap", body))
+
+    def create_namespaced_pod(self, namespace: str, body: dict[str, Any]) -> None:
+        self.created.append(("Pod", body))
+
+    def delete_namespaced_pod(self, name: str, namespace: str, grace_period_seconds: Any) -> None:
+        self.deleted.append(name)
+
+
+def hook(hooks_dir: Path, name: str, body: str) -> str:
+    path = hooks_dir / name
+    path.write_text("#!/bin/sh\n" + body)
+    path.chmod(0o755)
+    return name
+
+
+def hooked(tmp_path: Path, **knobs: str) -> tuple[PodLauncher, FakeCreates, Path]:
+    hooks_dir = tmp_path / "hooks"
+    hooks_dir.mkdir(exist_ok=True)
+    api = SimpleNamespace(api_client=client.ApiClient())
+    made = PodLauncher(api, "n0", cgroup_root=tmp_path / "cgroup", hooks_dir=hooks_dir)  # type: ignore[arg-type]
+    made.configure({"STARTER_INITIAL_UPDATE_INTERVAL": "0.2", "STARTER_UPDATE_INTERVAL": "0.3",
+                    **{f"POD_HOOK_{hook}": value for hook, value in knobs.items()}})  # fmt: skip
+    core = FakeCreates()
+    made.core = core  # type: ignore[assignment]
+    return made, core, hooks_dir
+
+
+def wait(condition: Callable[[], Any], timeout: float = 10.0) -> Any:
+    deadline = time.monotonic() + timeout
+    while not (found := condition()):
+        assert time.monotonic() < deadline, "not in time"
+        time.sleep(0.01)
+    return found
+
+
+def end_pod(pods: PodLauncher, handle: PodHandle, code: int, **terminated: Any) -> None:
+    """What the watch sees when kwok or the kubelet ends the pod."""
+    done = {"exitCode": code, "startedAt": "2026-11-24T00:00:00Z",
+            "finishedAt": "2026-11-24T00:00:04Z", **terminated}  # fmt: skip
+    with pods._lock:
+        pods._pods[(handle.namespace, handle.name)] = {
+            "metadata": {"name": handle.name, "namespace": handle.namespace},
+            "status": {"phase": "Failed" if code else "Succeeded",
+                       "containerStatuses": [{"state": {"terminated": done}}]},
+        }  # fmt: skip
+
+
+def test_prepare_job_edits_the_pod_before_it_is_created_and_job_exit_sees_its_exit(
+    tmp_path: Path,
+) -> None:
+    pods, core, hooks_dir = hooked(tmp_path)
+    prepare = hook(hooks_dir, "prepare", 'cat > "$0.stdin"\nsleep 1\n'
+                   "cat <<'EOF'\nArguments = \"-c 'echo edited'\"\nEnvironment = \"A=1\"\n"
+                   'SiteTag = "x"\nEOF\n')  # fmt: skip
+    exit_hook = hook(hooks_dir, "exit", 'echo "$1" > "$0.how"\ncat > "$0.ad"\n')
+    pods.configure({**pods._macros, "POD_HOOK_PREPARE_JOB": prepare,
+                    "POD_HOOK_JOB_EXIT": exit_hook})  # fmt: skip
+    began = time.monotonic()
+    handle = pods.launch(HOOKED_JOB, "default/hooked", SLOT, HOOKED_AD)
+    # The hook sleeps a second: the launch (the agent's loop) does not wait for it.
+    assert time.monotonic() - began < 0.5
+    assert core.created == [] and not pods.ended(handle) and pods.poll(handle) is None
+    wait(lambda: core.created)
+    [(kind, config_map), (_, pod)] = core.created
+    assert kind == "ConfigMap" and 'SiteTag = "x"' in config_map["data"][".job.ad"]
+    main, helper = pod["spec"]["containers"]
+    assert main["args"] == ["-c", "echo edited"]
+    assert {"name": "A", "value": "1"} in main["env"]
+    assert "args" not in helper
+    assert "HookKeyword" in (hooks_dir / "prepare.stdin").read_text()
+    end_pod(pods, handle, 3)
+    outcome = wait(lambda: pods.poll(handle))
+    assert outcome.exit_code == 3 and outcome.hold_reason is None
+    # JOB_EXIT ran before the end was reported.
+    assert (hooks_dir / "exit.how").read_text() == "exit\n"
+    ad = parse_ad((hooks_dir / "exit.ad").read_text(), field="exit")
+    assert ad["ExitCode"] == 3 and ad["ExitBySignal"] is False
+    assert ad["ExitReason"] == "exited normally with status 3"
+    assert ad["JobDuration"] == 4.0 and ad["SiteTag"] == "x"
+
+
+@pytest.mark.parametrize(
+    ("said", "held", "lost"),
+    [
+        ("echo 'HookStatusCode = 150'; echo 'HookStatusMessage = \"no licence\"'", "no licence",
+         False),
+        ("echo 'HookStatusCode = 300'", None, True),
+        ("exit 4", "POD_HOOK_PREPARE_JOB failed (status 4)", False),
+        ("echo 'In = \"/data/in\"'", "POD_HOOK_PREPARE_JOB set In = \"/data/in\", which a pod "
+         "job cannot take: a pod's container reads no input file", False),
+        ("echo 'this is not an ad ['", "POD_HOOK_PREPARE_JOB printed no ClassAd", False),
+    ],
+)  # fmt: skip
+def test_prepare_job_holds_or_requeues_the_job_and_no_pod_is_made(
+    tmp_path: Path, said: str, held: str | None, lost: bool
+) -> None:
+    pods, core, hooks_dir = hooked(tmp_path)
+    pods.configure({**pods._macros, "POD_HOOK_PREPARE_JOB": hook(hooks_dir, "p", f"{said}\n")})
+    handle = pods.launch(HOOKED_JOB, "default/hooked", SLOT, HOOKED_AD)
+    outcome = wait(lambda: pods.poll(handle))
+    assert core.created == []
+    assert outcome.lost is lost
+    if held is None:
+        assert outcome.hold_reason is None
+    else:
+        assert outcome.hold_reason_code == 19 and held in (outcome.hold_reason or "")
+
+
+def test_a_hook_outside_the_hooks_directory_holds_the_job_at_once(tmp_path: Path) -> None:
+    pods, core, _ = hooked(tmp_path, PREPARE_JOB="/bin/true")
+    handle = pods.launch(HOOKED_JOB, "default/hooked", SLOT, HOOKED_AD)
+    outcome = pods.poll(handle)
+    assert outcome is not None and outcome.hold_reason_code == 19
+    assert "POD_HOOK_PREPARE_JOB = /bin/true" in (outcome.hold_reason or "")
+    assert core.created == []
+
+
+def test_a_job_without_hook_keyword_is_created_at_once(tmp_path: Path) -> None:
+    pods, core, hooks_dir = hooked(tmp_path, PREPARE_JOB="p")
+    hook(hooks_dir, "p", "exit 1\n")
+    pods.launch(HOOKED_JOB, "default/hooked", SLOT, "ClusterId = 3\n")
+    assert [kind for kind, _ in core.created] == ["ConfigMap", "Pod"]
+
+
+def test_a_job_killed_while_prepare_job_runs_never_gets_a_pod(tmp_path: Path) -> None:
+    pods, core, hooks_dir = hooked(tmp_path)
+    pods.configure({**pods._macros, "POD_HOOK_PREPARE_JOB": hook(hooks_dir, "p", "sleep 0.5\n")})
+    handle = pods.launch(HOOKED_JOB, "default/hooked", SLOT, HOOKED_AD)
+    pods.note_exit_how(handle, "remove")
+    pods.hard_kill(handle)
+    outcome = wait(lambda: pods.poll(handle))
+    assert outcome.hold_reason is None and core.created == [] and core.deleted == []
+
+
+def test_update_job_info_runs_while_the_pod_runs_and_failures_are_reported_once(
+    tmp_path: Path,
+) -> None:
+    pods, _core, hooks_dir = hooked(tmp_path)
+    update = hook(hooks_dir, "u", 'cat > "$0.$(date +%s%N)"\nexit 2\n')
+    exit_hook = hook(hooks_dir, "e", "cat >/dev/null\nsleep 5\n")
+    pods.configure({**pods._macros, "POD_HOOK_UPDATE_JOB_INFO": update,
+                    "POD_HOOK_JOB_EXIT": exit_hook, "KONDOR_JOB_HOOK_TIMEOUT": "0.5"})  # fmt: skip
+    handle = pods.launch(HOOKED_JOB, "default/hooked", SLOT, HOOKED_AD)
+    runs = wait(lambda: len(seen := sorted(hooks_dir.glob("u.*"))) >= 2 and seen)
+    ad = parse_ad(runs[0].read_text(), field="update")
+    assert ad["JobState"] == "Running" and ad["ClusterId"] == 3
+    # A simulated pod (no cgroup here): no processes to count.
+    assert ad["NumPids"] == 0 and ad["JobPid"] == 0 and ad["JobStartDate"] > 0
+    failures = pods.hook_failures(handle)
+    assert failures and failures[0] == (
+        "UpdateJobInfoFailed",
+        "POD_HOOK_UPDATE_JOB_INFO exited with status 2",
+    )
+    pods.note_exit_how(handle, "evict")
+    pods.hard_kill(handle)
+    wait(lambda: pods.poll(handle), 15)
+    later = [reason for reason, _ in pods.hook_failures(handle)]
+    assert later[-1] == "JobExitFailed" and "JobExitFailed" not in later[:-1]
+    assert pods.hook_failures(handle) == []
+
+
+def test_job_exit_of_a_pod_the_agent_deleted_says_how_and_the_signal(tmp_path: Path) -> None:
+    pods, core, hooks_dir = hooked(tmp_path)
+    exit_hook = hook(hooks_dir, "e", 'echo "$1" > "$0.how"\ncat > "$0.ad"\n')
+    pods.configure({**pods._macros, "POD_HOOK_JOB_EXIT": exit_hook})
+    handle = pods.launch(HOOKED_JOB, "default/hooked", SLOT, HOOKED_AD)
+    wait(lambda: len(core.created) == 2)
+    pods.note_exit_how(handle, "hold")
+    pods.hard_kill(handle)
+    wait(lambda: pods.poll(handle))
+    assert core.deleted == [handle.name]
+    assert (hooks_dir / "e.how").read_text() == "hold\n"
+    ad = parse_ad((hooks_dir / "e.ad").read_text(), field="exit")
+    assert ad["ExitBySignal"] is True and ad["ExitSignal"] == 9
+    assert ad["ExitReason"] == "The job was put on hold"
+
+
+@pytest.mark.parametrize(
+    ("code", "terminated", "killed_by", "expected"),
+    [
+        (0, {"exitCode": 0}, None, (0, None)),
+        (3, {"exitCode": 3}, None, (3, None)),
+        (137, {"exitCode": 137}, None, (137, None)),  # the job's own exit 137
+        (137, {"exitCode": 137}, 15, (None, 9)),  # killed: 128 + SIGKILL
+        (143, {"exitCode": 143, "signal": 15}, None, (None, 15)),  # the runtime says
+        (0, None, 15, (None, 15)),  # deleted at once: the kill's signal
+    ],
+)
+def test_the_exit_status_of_a_pod_job(
+    code: int,
+    terminated: dict[str, Any] | None,
+    killed_by: int | None,
+    expected: tuple[int | None, int | None],
+) -> None:
+    assert exit_status(Outcome(exit_code=code), terminated, killed_by) == expected
