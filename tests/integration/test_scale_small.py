@@ -193,6 +193,8 @@ def test_500_jobs_on_50_nodes_each_run_once_and_no_slot_is_over_allocated(
                 str(kondor.kondor_kubeconfig(cluster.layout)),
                 "--stagger",
                 "2",
+                "--workers",
+                "16",
                 *map(str, machines),
             ],
             stdout=subprocess.DEVNULL,
