@@ -830,9 +830,10 @@ async def run_kueue(bench: Bench, args: argparse.Namespace, control: Mapping[str
 # ---- the report -----------------------------------------------------------------------------
 
 
-def own_cpu(system: str, cpu: Mapping[str, float]) -> float:
-    """The CPU of the system's own processes (not the API server, etcd or kwok)."""
-    return sum(v for k, v in cpu.items() if k not in ("kube-apiserver", "etcd", "kwok"))
+def own_cpu(system: str, figures: Mapping[str, float]) -> float:
+    """The sum of a per-process figure (CPU, RSS) over the system's own processes (not the
+    API server, etcd or kwok, which every system shares)."""
+    return sum(v for k, v in figures.items() if k not in ("kube-apiserver", "etcd", "kwok"))
 
 
 ROWS: tuple[tuple[str, str, bool], ...] = (
@@ -844,6 +845,7 @@ ROWS: tuple[tuple[str, str, bool], ...] = (
     ("writes_per_job", "API writes per job, the system's own", False),
     ("all_writes_per_job", "API writes per job, all", False),
     ("own_cpu_cores", "CPU of the system's processes (cores)", False),
+    ("own_peak_rss_mib", "peak RSS of the system's processes (MiB)", False),
     ("apiserver_cpu_cores", "CPU of kube-apiserver (cores)", False),
     ("fairness_gap", "largest gap of a user's share", False),
 )
@@ -856,6 +858,7 @@ def table(bench: Bench) -> tuple[list[str], dict[str, Any]]:
     for system, phase in bench.phases.items():
         figures = phase.figures
         figures["own_cpu_cores"] = own_cpu(system, figures["cpu_cores"])
+        figures["own_peak_rss_mib"] = own_cpu(system, figures["peak_rss_mib"])
         figures["apiserver_cpu_cores"] = figures["cpu_cores"].get("kube-apiserver", float("nan"))
         results[system] = figures
     header = f"{'figure':<42}" + "".join(f"{TITLES[s]:>16}" for s in systems)
@@ -967,6 +970,8 @@ def report(bench: Bench, args: argparse.Namespace, took: float, load: str) -> in
         print(f"{TITLES[system]} writes: {top}")
         cpu = ", ".join(f"{k} {v:.2f}" for k, v in figures["cpu_cores"].items())
         print(f"{TITLES[system]} CPU (cores over {figures['phase_s']:.0f}s): {cpu}")
+        rss = ", ".join(f"{k} {v:.0f}" for k, v in figures["peak_rss_mib"].items())
+        print(f"{TITLES[system]} peak RSS (MiB): {rss}")
     if "kondor" in results:
         k = results["kondor"]
         print(
