@@ -50,10 +50,10 @@ from kondor_core.negotiation.preemption import (
     REASON_ORDER,
     PreemptionPolicy,
     claim_verdict,
+    negotiator_view,
     preemption_rank,
     retirement_left,
     set_submitter,
-    with_remote_priorities,
 )
 from kondor_core.negotiation.scope import closure as _closure
 from kondor_core.negotiation.scope import evaluate, identifiers
@@ -129,7 +129,7 @@ class IndexedMatchmaker:
         if policy.consider != consider_preemption:
             policy = dataclasses.replace(policy, consider=consider_preemption and policy.consider)
         self.policy = policy
-        self.ads = with_remote_priorities(offers, policy)
+        self.ads = negotiator_view(offers)
         self.consider_preemption = policy.consider
         self._taken: set[int] = set()
         self._consumed: set[int] = set()

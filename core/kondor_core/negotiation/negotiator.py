@@ -49,9 +49,9 @@ from kondor_core.negotiation.preemption import (
     Preempt,
     PreemptionPolicy,
     claim_verdict,
+    negotiator_view,
     pslot_victims,
     set_submitter,
-    with_remote_priorities,
 )
 from kondor_core.policy.evaluation import describe, number, rewrite_time, truth
 from kondor_core.slots.layout import UNIT_WORDS
@@ -162,7 +162,7 @@ class Matchmaker:
         if policy.consider != consider_preemption:
             policy = dataclasses.replace(policy, consider=consider_preemption and policy.consider)
         self.policy = policy
-        self.ads = with_remote_priorities(offers, policy)
+        self.ads = negotiator_view(offers)
         self.consider_preemption = policy.consider
         self._consumed: set[int] = set()
         self._taken: set[int] = set()

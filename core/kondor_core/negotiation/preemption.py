@@ -19,11 +19,12 @@ Among candidates, an idle slot comes before one preempted for Rank, which comes 
 preempted for Priority; among those, the higher PREEMPTION_RANK first (its default prefers
 the claim of the worst user priority, then the job that has run least).
 
-As the negotiator does before a cycle, a Claimed slot ad is given RemoteUserPrio (the
-effective priority of its remote user: AccountingGroup, else RemoteUser) and
-RemoteUserResourcesInUse from the accountant; a preempting claim already waiting
-(PreemptingRank) becomes the CurrentRank to beat. The job is given SubmitterUserPrio and
-SubmitterUserResourcesInUse.
+As the negotiator does before a cycle, a Claimed slot ad has RemoteUserPrio (the effective
+priority of its remote user: AccountingGroup, else RemoteUser) and RemoteUserResourcesInUse
+from the accountant, for PREEMPTION_REQUIREMENTS and PREEMPTION_RANK (they are given to
+those evaluations, not copied into the ad: a cycle over a full pool would copy every ad);
+a preempting claim already waiting (PreemptingRank) becomes the CurrentRank to beat. The job
+is given SubmitterUserPrio and SubmitterUserResourcesInUse.
 
 ALLOW_PSLOT_PREEMPTION: a partitionable slot short of what a job needs may be matched with
 some of its dynamic slots preempted: those eligible by the rules above (and never one with
@@ -128,35 +129,40 @@ def retirement_left(ad: Any) -> float:
     return max(0.0, number(ad.eval("RetirementTimeRemaining")) or 0.0)
 
 
-def evaluate(tree: Any, my: Any, target: Any) -> Any:
-    """A negotiator expression with MY = `my` (the slot) and TARGET = `target` (the job)."""
-    return evaluate_tree(tree, my, target)
+def remote_attributes(policy: PreemptionPolicy, ad: Any) -> dict[str, float]:
+    """The negotiator's RemoteUserPrio and RemoteUserResourcesInUse of a Claimed slot (none
+    when the accountant does not know its remote user)."""
+    user = remote_user(ad)
+    if user is None or user not in policy.priorities:
+        return {}
+    return {
+        "RemoteUserPrio": float(policy.priorities[user]),
+        "RemoteUserResourcesInUse": float(policy.usage.get(user, 0.0)),
+    }
+
+
+def evaluate(policy: PreemptionPolicy, tree: Any, my: Any, target: Any) -> Any:
+    """A negotiator expression with MY = `my` (the slot, with its remote user's priority)
+    and TARGET = `target` (the job)."""
+    return evaluate_tree(tree, my, target, remote_attributes(policy, my))
 
 
 def preemption_rank(policy: PreemptionPolicy, slot: Any, job: Any) -> float:
     """PREEMPTION_RANK of the slot's claim for the job (higher is preempted first); 0 when
     it is UNDEFINED, ERROR or not a number."""
-    return number(evaluate(policy.rank_tree, slot, job)) or 0.0
+    return number(evaluate(policy, policy.rank_tree, slot, job)) or 0.0
 
 
-def with_remote_priorities(offers: Sequence[Any], policy: PreemptionPolicy) -> list[Any]:
-    """The offers as the negotiator evaluates them: a Claimed slot's ad (a copy) with its
-    remote user's RemoteUserPrio and RemoteUserResourcesInUse from the accountant, and a
-    waiting preempting claim's PreemptingRank as its CurrentRank. Other ads are the same
-    objects."""
+def negotiator_view(offers: Sequence[Any]) -> list[Any]:
+    """The offers as the negotiator evaluates them: a Claimed slot with a preempting claim
+    waiting has its PreemptingRank as its CurrentRank (a copy of its ad; the other ads are
+    the same objects)."""
     out: list[Any] = []
     for ad in offers:
-        if ad.get("State") != "Claimed":
-            out.append(ad)
-            continue
-        user = remote_user(ad)
-        if user is None and "PreemptingRank" not in ad:
+        if "PreemptingRank" not in ad or ad.get("State") != "Claimed":
             out.append(ad)
             continue
         seen = copy.copy(ad)
-        if user is not None and user in policy.priorities:
-            seen["RemoteUserPrio"] = float(policy.priorities[user])
-            seen["RemoteUserResourcesInUse"] = float(policy.usage.get(user, 0.0))
         preempting = number(seen.get("PreemptingRank"))
         if preempting is not None:
             seen["CurrentRank"] = preempting
@@ -198,9 +204,7 @@ def claim_verdict(
     user = remote_user(ad)
     if user is None or user == submitter:
         return f"{name} is Claimed" + (f" by {user}" if user else "")
-    theirs = number(ad.get("RemoteUserPrio"))
-    if theirs is None:
-        theirs = policy.priorities.get(user)
+    theirs = policy.priorities.get(user)
     ours = policy.priorities.get(submitter)
     if theirs is None or ours is None or not theirs > ours:
         return (
@@ -209,7 +213,7 @@ def claim_verdict(
         )
     if policy.requirements.strip().lower() == "false":  # HTCondor's default
         return f"{name} is Claimed by {user}: PREEMPTION_REQUIREMENTS is FALSE"
-    verdict = evaluate(policy.requirements_tree, ad, job)
+    verdict = evaluate(policy, policy.requirements_tree, ad, job)
     if truth(verdict) is not True:
         return f"{name} is Claimed by {user}: PREEMPTION_REQUIREMENTS is {describe(verdict)}"
     if slot_rank < current:

@@ -6,7 +6,7 @@ the ads. The negotiator evaluates this way millions of times a cycle."""
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from functools import lru_cache
 from typing import Any
 
@@ -40,14 +40,17 @@ def closure(ads: Sequence[Any], names: Iterable[str]) -> list[str]:
     return list(seen)
 
 
-def evaluate_tree(tree: Any, my: Any, target: Any) -> Any:
-    """The expression `tree` with MY = `my` and TARGET = `target`."""
+def evaluate_tree(tree: Any, my: Any, target: Any, extra: Mapping[str, Any] | None = None) -> Any:
+    """The expression `tree` with MY = `my` and TARGET = `target`; `extra` are attributes
+    MY has for this evaluation only (the negotiator's ephemeral RemoteUserPrio...)."""
     refs = identifiers(str(tree))
     if not refs:
         return tree.eval()
     scope: dict[str, Any] = {}
     for name in closure((my, target), refs):
-        if name in my:
+        if extra and name in extra:
+            scope[name] = extra[name]
+        elif name in my:
             scope[name] = my.lookup(name)
         elif name in target:
             scope[name] = target.lookup(name)
