@@ -40,7 +40,7 @@ from pathlib import Path
 import kopf
 from kubernetes import client
 
-from kondor_operator import defrag, handlers, negotiator, power
+from kondor_operator import cordon, defrag, handlers, negotiator, power
 from kondor_operator.kube import (
     Kube,
     Pacer,
@@ -318,6 +318,12 @@ async def run(options: Options) -> int:
     defrag.register(registry, defragger)
     marker = power.NodeMarker(power.KubeNodes(api_client))
     power.register(registry, marker)
+    cordons = cordon.CordonDrains(
+        schedd,
+        cordon.KubeCordon(api_client),
+        Kube(api_client, instance=options.identity, pacer=pacer),
+    )
+    cordon.register(registry, cordons)
 
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -329,6 +335,7 @@ async def run(options: Options) -> int:
         schedd.set_leading(leading)  # no job write once the Lease is lost
         defragger.set_leading(leading)
         marker.set_leading(leading)
+        cordons.set_leading(leading)
 
     elector = None
     if options.leader_election:

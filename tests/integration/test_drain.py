@@ -194,3 +194,33 @@ def test_start_lets_jobs_it_accepts_use_the_draining_node_until_the_old_job_exit
     cluster.kubectl("delete", "executionjob", "long", "short", "-n", "default")
     cluster.kubectl("kondor", "drain", "-cancel", NODE)
     eventually(lambda: states(cluster) == {("Unclaimed", "Idle")}, 30, "the slots back")
+
+
+def test_a_cordoned_node_drains_when_its_policy_says_so_and_uncordon_cancels(
+    cluster: Cluster,
+) -> None:
+    cluster.kubectl(
+        "patch", "slotpolicy", "drain", "--type=merge", "-p", '{"spec":{"drainOnCordon":true}}'
+    )
+    eventually(lambda: states(cluster) == {("Unclaimed", "Idle")}, 30, "re-carved, Unclaimed")
+    cluster.kubectl("cordon", NODE)
+    try:
+        eventually(
+            lambda: (
+                (cluster.get("executionpoints", NODE, None)["spec"].get("drain") or {}).get(
+                    "requestedBy"
+                )
+                == "kondor-cordon"
+            ),
+            20,
+            "a graceful drain asked for the cordoned node",
+        )
+        eventually(lambda: states(cluster) == {("Drained", "Idle")}, 30, "every slot Drained")
+    finally:
+        cluster.kubectl("uncordon", NODE)
+    eventually(
+        lambda: "drain" not in cluster.get("executionpoints", NODE, None)["spec"],
+        20,
+        "the cordon drain cancelled",
+    )
+    eventually(lambda: states(cluster) == {("Unclaimed", "Idle")}, 30, "the slots back")

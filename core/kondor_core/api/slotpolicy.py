@@ -176,6 +176,11 @@ class SlotPolicySpec(Model):
         "the slot, Guaranteed QoS; the default) or harvest (minimal requests, limits = the "
         "slot, a low PriorityClass: the owner's pods are admitted and job pods evicted first)",
     )
+    drain_on_cordon: bool = Field(
+        default=False,
+        description="A cordoned Node (kubectl cordon, kubectl drain) drains gracefully, as "
+        "condor_drain -graceful; uncordoning it cancels that drain",
+    )
     backfill: BackfillSpec | None = Field(
         default=None,
         description="The backfill process a slot runs in the Backfill state (START_BACKFILL "

@@ -11,10 +11,11 @@ a drain that already resumed (-resume-on-completion) is not repeated. A drain wi
 
 from __future__ import annotations
 
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
-from kondor_core.api import DrainRequest, DrainStatus
+from kondor_core.api import DrainRequest, DrainStatus, ExecutionPoint
 from kondor_core.api.meta import format_time
 from kondor_core.policy import CancelDrain, Drain, DrainMode, Event, State
 from kondor_core.policy.machine import MachineState
@@ -94,3 +95,44 @@ def resumed(requested: DrainRequest | None, status: DrainStatus | None) -> str |
     if requested is None or status is None or status.state != "Resumed":
         return None
     return requested.requested_at if status.requested_at == requested.requested_at else None
+
+
+#: Who a drain of a cordoned node is requested by (spec.drain.requestedBy), and its reason.
+CORDON_REQUESTER = "kondor-cordon"
+CORDON_REASON = "the Node is cordoned"
+
+
+@dataclass(frozen=True)
+class CordonPlan:
+    """spec.drain to write for cordoned nodes, and the cordon drains to cancel."""
+
+    drain: dict[str, dict[str, Any]]
+    cancel: tuple[str, ...]
+
+
+def cordon_drains(
+    cordoned: Collection[str],
+    execution_points: Sequence[ExecutionPoint],
+    drains_on_cordon: Callable[[str], bool],
+    now_text: str,
+) -> CordonPlan:
+    """A SlotPolicy's drainOnCordon: the ExecutionPoint of a cordoned node (Node
+    spec.unschedulable) governed by such a policy and not drained already gets a graceful
+    drain; a drain asked this way is cancelled once the node is uncordoned. An admin's own
+    drain is never touched."""
+    drain: dict[str, dict[str, Any]] = {}
+    cancel: list[str] = []
+    for ep in execution_points:
+        name, request = ep.metadata.name, ep.spec.drain
+        if ep.spec.node_name in cordoned:
+            policy = ep.spec.policy.name if ep.spec.policy is not None else None
+            if request is None and policy is not None and drains_on_cordon(policy):
+                drain[name] = {
+                    "mode": "graceful",
+                    "reason": CORDON_REASON,
+                    "requestedAt": now_text,
+                    "requestedBy": CORDON_REQUESTER,
+                }
+        elif request is not None and request.requested_by == CORDON_REQUESTER:
+            cancel.append(name)
+    return CordonPlan(drain, tuple(cancel))

@@ -8,7 +8,14 @@ from typing import Any
 import pytest
 
 from kondor_core import startd
-from kondor_core.api import DrainRequest, DrainStatus, ExecutionJobSpec, Machine, SlotPolicySpec
+from kondor_core.api import (
+    DrainRequest,
+    DrainStatus,
+    ExecutionJobSpec,
+    ExecutionPoint,
+    Machine,
+    SlotPolicySpec,
+)
 from kondor_core.config import compile_policy
 from kondor_core.jobs import job_ad
 from kondor_core.policy import (
@@ -21,7 +28,14 @@ from kondor_core.policy import (
     JobGone,
     Match,
 )
-from kondor_core.startd.drain import drain_status, drain_step, exited, resumed
+from kondor_core.startd.drain import (
+    CORDON_REQUESTER,
+    cordon_drains,
+    drain_status,
+    drain_step,
+    exited,
+    resumed,
+)
 
 
 def request(at: str = "2026-11-23T10:00:00Z", **fields: Any) -> DrainRequest:
@@ -191,3 +205,33 @@ def test_start_lets_freed_resources_take_jobs_until_the_last_old_job_exits() -> 
     node = startd.tick(node, {}, 23).startd
     assert set(states(node).values()) == {("Drained", "Idle")}
     assert drain_status(wanted, node.state, None, 23) is not None
+
+
+def cordon_ep(name: str, drain: dict[str, Any] | None = None, policy: str = "p") -> ExecutionPoint:
+    spec: dict[str, Any] = {"nodeName": name, "policy": {"name": policy}}
+    if drain is not None:
+        spec["drain"] = drain
+    return ExecutionPoint.model_validate({"metadata": {"name": name}, "spec": spec})
+
+
+def test_a_cordoned_node_drains_gracefully_and_uncordoning_cancels_only_that_drain() -> None:
+    admin = {"requestedAt": "2026-11-23T09:00:00Z", "requestedBy": "admin"}
+    cordon = {"requestedAt": "2026-11-23T09:00:00Z", "requestedBy": CORDON_REQUESTER}
+    points = [
+        cordon_ep("a"),  # cordoned, policy drains on cordon: drained
+        cordon_ep("b", policy="other"),  # cordoned, its policy does not
+        cordon_ep("c", drain=admin),  # cordoned, an admin's drain already: left alone
+        cordon_ep("d", drain=cordon),  # uncordoned: its cordon drain cancelled
+        cordon_ep("e", drain=admin),  # uncordoned, an admin's drain: left alone
+    ]
+    plan = cordon_drains({"a", "b", "c"}, points, lambda policy: policy == "p", "T")
+    assert plan.drain == {
+        "a": {
+            "mode": "graceful",
+            "reason": "the Node is cordoned",
+            "requestedAt": "T",
+            "requestedBy": CORDON_REQUESTER,
+        }
+    }
+    assert plan.cancel == ("d",)
+    assert DrainRequest.model_validate(plan.drain["a"]).mode == "graceful"
