@@ -24,8 +24,9 @@ PREEMPTION_REQUIREMENTS and PREEMPTION_RANK refer to) makes its class, and the s
 part of an autocluster while preemption is considered. One approximation: a partitionable
 slot that has already given part of itself this cycle is re-checked alone (Requirements,
 START and resources) when picked, but keeps the place its class's RANK gave it at the start
-of the cycle. With ALLOW_PSLOT_PREEMPTION and claimed dynamic slots offered, the plain
-matchmaker decides (it looks at a partitionable slot with its dynamic slots together).
+of the cycle. With ALLOW_PSLOT_PREEMPTION and claimed dynamic slots offered, a job no slot
+class takes tries the partitionable slots with some of their dynamic slots preempted (the
+plain matchmaker weighs those among all candidates; the index, after the classes).
 """
 
 from __future__ import annotations
@@ -44,14 +45,17 @@ from kondor_core.negotiation.negotiator import (
     Matched,
     Matchmaker,
     consume,
+    consumption,
     shortfall,
 )
 from kondor_core.negotiation.preemption import (
     REASON_ORDER,
     PreemptionPolicy,
+    PslotVictims,
     claim_verdict,
     negotiator_view,
     preemption_rank,
+    pslot_victims,
     retirement_left,
     set_submitter,
 )
@@ -111,6 +115,8 @@ class _Autocluster:
     #: What each job of it requests of the standard resources (None: it requests a custom
     #: resource or by expression, and each slot is checked with the negotiator's own rule).
     needs: dict[str, int] | None = None
+    #: The partitionable slots that accept it, with their ranks (pslot preemption).
+    pslots: list[tuple[int, tuple[float, int, float]]] | None = None
 
 
 class IndexedMatchmaker:
@@ -146,12 +152,19 @@ class IndexedMatchmaker:
         #: Claimed slots are offered and preemption is considered: the preemption rules'
         #: attributes make slot classes, and the submitter is part of an autocluster.
         self._claimed = policy.consider and any(ad.get("State") == "Claimed" for ad in self.ads)
-        # Pslot preemption looks at a partitionable slot with its dynamic slots together,
-        # which slot classes do not: the plain matchmaker decides it.
-        pslot = policy.pslot and any(
-            ad.get("DynamicSlot") is True and ad.get("State") == "Claimed" for ad in self.ads
+        #: ALLOW_PSLOT_PREEMPTION with claimed dynamic slots offered: a job no slot class
+        #: takes tries the partitionable slots with some of their dynamic slots preempted.
+        self._pslot = (
+            self._claimed
+            and policy.pslot
+            and any(
+                ad.get("DynamicSlot") is True and ad.get("State") == "Claimed" for ad in self.ads
+            )
         )
-        if len(self.ads) <= small_pool or (pslot and policy.consider):
+        self._by_name = (
+            {str(ad.get("Name")): i for i, ad in enumerate(self.ads)} if self._pslot else {}
+        )
+        if len(self.ads) <= small_pool:
             self._plain = Matchmaker(offers, consider_preemption=policy.consider, preemption=policy)
             return
         del jobs  # the job side is keyed per autocluster
@@ -262,6 +275,11 @@ class IndexedMatchmaker:
         reason_order = REASON_ORDER[None]
         open_states = ("Unclaimed",) if partitionable else ("Unclaimed", "Backfill")
         if state == "Claimed" and not partitionable:
+            if self._pslot and ad.get("DynamicSlot") is True:
+                return (
+                    f"{name} is Claimed (ALLOW_PSLOT_PREEMPTION preempts dynamic slots only "
+                    "through their partitionable slot)"
+                )
             verdict = claim_verdict(self.policy, ad, job, submitter, slot_rank, ranked=False)
             if isinstance(verdict, str):
                 return verdict
@@ -334,6 +352,10 @@ class IndexedMatchmaker:
                 return self._take(
                     job, index, rank, slot_rank, reason=_REASONS[order], needs=cluster.needs
                 )
+        if self._pslot:
+            found = self._pslot_match(job, cluster)
+            if found is not None:
+                return found
         parts = list(cluster.reasons[:5])
         if len(cluster.reasons) > 5:
             parts.append(f"and {len(cluster.reasons) - 5} more kinds of slot")
@@ -342,6 +364,50 @@ class IndexedMatchmaker:
             parts.append(f"{accepting} slot(s) accept the job but are taken or too small for it")
         cluster.rejected = "; ".join(parts) or "no slot is Unclaimed"
         return cluster.rejected
+
+    def _pslot_match(self, job: IdleJob, cluster: _Autocluster) -> Matched | None:
+        """ALLOW_PSLOT_PREEMPTION, once no slot class takes the job: the best partitionable
+        slot whose START and the job's Requirements accept each other and whose dynamic
+        slots, preempted by CurrentRank then PREEMPTION_RANK, free enough (as
+        `negotiator._candidate` decides; after the classes, not among them)."""
+        if cluster.pslots is None:
+            cluster.pslots = []
+            for index, ad in enumerate(self.ads):
+                if ad.get("PartitionableSlot") is True and isinstance(ad.get("ChildName"), list):
+                    verdict = self._verdict(job.ad, ad, job.submitter)
+                    if not isinstance(verdict, str):
+                        cluster.pslots.append((index, verdict))
+        best: tuple[tuple[float, int, float, float, int], int, PslotVictims] | None = None
+        for index, (job_rank, _, slot_rank) in cluster.pslots:
+            ad = self.ads[index]
+            if index in self._taken or shortfall(ad, job.ad) is None:
+                continue  # taken, or it has room: a slot class would have given it
+            children = [
+                self.ads[i]
+                for name in ad.get("ChildName")
+                if (i := self._by_name.get(str(name))) is not None and i not in self._taken
+            ]
+            found = pslot_victims(
+                self.policy,
+                ad,
+                children,
+                job.ad,
+                submitter=job.submitter,
+                needs=consumption(ad, job.ad),
+                slot_rank_of=lambda child: _plain(evaluate(child, job.ad, "Rank")),
+            )
+            if isinstance(found, str):
+                continue
+            key = (job_rank, REASON_ORDER[found.reason], found.rank, slot_rank, -index)
+            if best is None or key > best[0]:
+                best = (key, index, found)
+        if best is None:
+            return None
+        (job_rank, _, _, slot_rank, _), index, found = best
+        self._taken.add(index)
+        self._taken.update(self._by_name[name] for name in found.slots)
+        name = str(self.ads[index].get("Name"))
+        return Matched(job.id, name, job_rank, slot_rank, True, found.reason, found.slots)
 
     def _order_claims(self, group: _Group, job: Any) -> None:
         """The group's claims by PREEMPTION_RANK (higher first), then slot RANK, then

@@ -279,3 +279,24 @@ def test_the_pool_s_negotiator_defaults_are_htcondor_s() -> None:
     assert spec.default_prio_factor == float(param["DEFAULT_PRIO_FACTOR"])
     assert spec.nice_user_prio_factor == float(param["NICE_USER_PRIO_FACTOR"])
     assert spec.priority_halflife == float(param["PRIORITY_HALFLIFE"])
+
+
+def test_the_index_preempts_dynamic_slots_as_the_plain_matchmaker_does() -> None:
+    runners = [("bob", 0), ("nice-user.carol", 0), ("bob", 50), ("dave", 60)]
+    runners += [("bob", 60), ("nice-user.carol", 60), ("bob", 70), ("dave", 70)]
+    ads = offers(claimed('RANK = Owner == "dave"', runners, cpus=8), now=100)
+    jobs = [
+        idle("wide", "alice", 0, requestCpus=3, requestMemory="1Gi"),
+        idle("one", "alice", 1, requestCpus=1, requestMemory="1Gi"),
+        idle("bob", "bob", 2, requestCpus=1, requestMemory="1Gi"),
+        idle("huge", "alice", 3, requestCpus=16, requestMemory="1Gi"),
+    ]
+    preemption = policy(**PREEMPTIVE, allowPslotPreemption=True)
+    plain = negotiate(jobs, ads, preemption=preemption)
+    indexed = IndexedMatchmaker(ads, small_pool=0, preemption=preemption)
+    got = [indexed.match(j) for j in jobs]
+    assert [m for m in got if not isinstance(m, str)] == list(plain.matches)
+    assert [(m.job, m.slot, len(m.victims), m.reason) for m in plain.matches] == [
+        ("wide", "slot1@n", 3, "UserPriority"),  # carol's two, then bob's newer
+    ]
+    assert isinstance(got[-1], str)
