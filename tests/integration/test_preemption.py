@@ -90,6 +90,12 @@ def pool(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FairCluster]:
         eventually(unclaimed, 90, f"{SLOTS} Unclaimed slots on {NODE}")
         yield made
     finally:
+        # The jobs run for minutes: removed (their processes killed) before the cluster stops.
+        with contextlib.suppress(Exception):
+            for user in ("alice", "bob", "carol"):
+                with contextlib.suppress(AssertionError):  # none left: condor_rm exits 1
+                    made.kubectl.kubectl("kondor", "rm", "-all", user=user)
+            eventually(lambda: not running(job_statuses(made)), 30, "no job running")
         with contextlib.suppress(Exception):
             made.stop_operator()
         dev.stop()
