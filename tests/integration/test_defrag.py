@@ -24,6 +24,8 @@ from kondor_core.api import parse_time
 from .conftest import skip_reason
 from .test_jobs_end_to_end import Cluster, eventually, job_cluster, process_job, slot_policy
 
+pytestmark = pytest.mark.timeout(180)  # four agents to start on a shared machine
+
 NODES = [f"defrag-{i}" for i in range(4)]
 INTERVAL = 3  # DEFRAG_INTERVAL, seconds
 PER_HOUR = 1200  # one drain per 3 s poll
