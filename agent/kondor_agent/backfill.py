@@ -20,7 +20,7 @@ import logging
 import os
 import signal
 import subprocess
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from kondor_agent.execute.cgroups import CgroupError, JobCgroups
@@ -95,6 +95,8 @@ class BackfillRunner:
         """Hard-kill the slot's backfill process and everything it forked."""
         process = self._running.get(slot)
         if process is None:
+            # Nothing runs there (an earlier agent's process, killed at start): it is gone.
+            self._events.setdefault(slot, []).append(BackfillExited())
             return
         self._kill_tree(slot, process.pid)
         log.info("backfill on %s killed (pid %d)", slot, process.pid)
@@ -109,6 +111,16 @@ class BackfillRunner:
                 self._events.setdefault(slot, []).append(BackfillExited())
                 log.info("backfill on %s exited (%s)", slot, process.returncode)
         out, self._events = self._events, {}
+        return out
+
+    def events_for(self, busy: Iterable[str]) -> dict[str, list[Event]]:
+        """`events()`, and BackfillExited for each slot in `busy` (Backfill/Busy or Killing)
+        that no process of this runner serves: a restarted agent's slots whose process the
+        earlier agent left (and this one killed)."""
+        out = self.events()
+        for slot in busy:
+            if slot not in self._running and slot not in out:
+                out[slot] = [BackfillExited()]
         return out
 
     def kill_all(self) -> None:

@@ -266,7 +266,13 @@ class Agent:
             for slot, said in self.jobs.events(self.startd).items():
                 events.setdefault(slot, []).extend(said)
         if self.backfill is not None:
-            for slot, said in self.backfill.events().items():
+            busy = [
+                slot.name
+                for slot in self.startd.state.slots
+                if slot.state is EngineState.BACKFILL
+                and slot.activity in (EngineActivity.BUSY, EngineActivity.KILLING)
+            ]
+            for slot, said in self.backfill.events_for(busy).items():
                 events.setdefault(slot, []).extend(said)
         if self._drain_applied is None:
             self._drain_applied = resumed(spec.drain, self._drain)  # an earlier agent's, done

@@ -92,3 +92,15 @@ def test_a_new_runner_kills_what_an_earlier_one_left(tmp_path: Path) -> None:
 def test_the_executable_must_be_absolute() -> None:
     with pytest.raises(ValueError, match="must be an absolute path"):
         BackfillSpec(executable="boinc")
+
+
+def test_a_busy_slot_no_process_serves_is_told_its_client_exited(tmp_path: Path) -> None:
+    """A restarted agent: the slot was Backfill/Busy, the earlier agent's process is gone."""
+    runner = BackfillRunner(tmp_path)
+    assert runner.events_for([SLOT]) == {SLOT: [BackfillExited()]}
+    runner.kill("slot2@n")  # Backfill/Killing with nothing running: gone at once
+    assert runner.events() == {"slot2@n": [BackfillExited()]}
+    runner.start(SLOT, spec("exec sleep 60"))
+    assert runner.events_for([SLOT]) == {SLOT: [BackfillStarted()]}
+    assert runner.events_for([SLOT]) == {}
+    runner.kill_all()
