@@ -205,6 +205,9 @@ class Routed:
         self.nodes = None if nodes is None else frozenset(nodes)
         self.key = key
         self.on_change: Callable[[str], None] = lambda _node: None
+        #: node -> called with (key, the object or None when gone) on every change routed
+        #: to that node (the pod launchers keep their own view of their pods).
+        self.observers: dict[str, Callable[[str, Mapping[str, Any] | None], None]] = {}
         self.synced = threading.Event()
         self._by_node: dict[str, dict[str, Mapping[str, Any]]] = {}
         self._where: dict[str, str] = {}
@@ -251,6 +254,10 @@ class Routed:
                 touched.append(node)
             elif node is None and old_node is not None and old_node not in touched:
                 touched.append(old_node)
+        if node is not None and found is not None and node in self.observers:
+            self.observers[node](key, found)
+        elif old_node is not None and old_node in self.observers:
+            self.observers[old_node](key, None)
         for name in touched:
             self.on_change(name)
 
@@ -314,33 +321,30 @@ class NodeJobs:
 
 class FleetPodLauncher(PodLauncher):
     """The agent's `PodLauncher`, unchanged, but told of its node's pods by the process's one
-    watch of job pods (`Routed`) instead of a watch (and a thread) of its own."""
+    watch of job pods (`Routed.observers`) instead of a watch (and a thread) of its own."""
 
     def __init__(self, api: KubernetesAPI, node: str, routed: Routed) -> None:
         super().__init__(api, node)
-        self.routed = routed
+        routed.observers[node] = self.seen
 
     def start(self) -> None:
-        """No watch of its own: `_pods` reads the shared one."""
+        """No watch of its own: the shared one calls `seen`."""
 
-    def ended(self, handle: PodHandle) -> bool:
-        self._refresh()
-        return super().ended(handle)
+    def seen(self, key: str, found: Mapping[str, Any] | None) -> None:
+        """A pod of this node as the shared watch saw it (None: gone), as the launcher's own
+        watch takes it: a pod this launcher deleted stays ended (`_delete` marks it so)
+        whatever the watch still shows, and a deletion changes nothing known."""
+        if found is None:
+            return
+        namespace, _, name = key.partition("/")
+        with self._lock:
+            known = self._pods.get((namespace, name))
+            if known is not None and "metadata" not in known:
+                return
+            self._pods[(namespace, name)] = found
 
     def _identity(self, handle: PodHandle) -> tuple[str, str] | None:
         return None  # a simulated node: no cgroup on this host
-
-    def _refresh(self) -> None:
-        """Take the shared watch's view of this node's pods; a pod this launcher deleted
-        stays ended (`_delete` marks it so) whatever the watch still shows."""
-        pods = {object_key(pod): pod for pod in self.routed.of(self.node)}
-        with self._lock:
-            for key, pod in pods.items():
-                namespace, _, name = key.partition("/")
-                known = self._pods.get((namespace, name))
-                if known is not None and "metadata" not in known:
-                    continue  # deleted by this launcher: its end is the kill's
-                self._pods[(namespace, name)] = pod
 
 
 def start_watch(

@@ -100,3 +100,47 @@ def test_an_execution_point_is_routed_by_its_name() -> None:
     routed.listed([{"metadata": {"name": "n1"}, "spec": {}}])
     assert routed.one("n1") == {"metadata": {"name": "n1"}, "spec": {}}
     assert routed.one("n2") is None
+
+
+class _Api:
+    api_client = None  # the launcher's CoreV1Api is built but never called here
+
+
+def _pod(phase: str, code: int = 0) -> dict[str, Any]:
+    status: dict[str, Any] = {"phase": phase}
+    if phase in ("Succeeded", "Failed"):
+        status["containerStatuses"] = [{"state": {"terminated": {"exitCode": code}}}]
+    return {
+        "metadata": {
+            "name": "p",
+            "namespace": "ns",
+            "labels": {"kondor.io/execution-point": "n1"},
+        },
+        "status": status,
+    }
+
+
+def test_the_pod_launcher_sees_its_node_s_pods_through_the_shared_watch() -> None:
+    from fleet_sim import FleetPodLauncher
+    from kondor_agent.pods import PodHandle
+
+    routed = Routed(node_label, pod_signature)
+    launcher = FleetPodLauncher(_Api(), "n1", routed)  # type: ignore[arg-type]
+    handle = PodHandle("ns", "p")
+    routed.changed("ADDED", _pod("Running"))
+    assert not launcher.ended(handle) and launcher.poll(handle) is None
+    routed.changed("MODIFIED", _pod("Succeeded", 3))
+    outcome = launcher.poll(handle)
+    assert outcome is not None and outcome.exit_code == 3
+
+
+def test_a_pod_the_launcher_deleted_stays_ended_whatever_the_watch_still_shows() -> None:
+    from fleet_sim import FleetPodLauncher
+    from kondor_agent.pods import PodHandle
+
+    routed = Routed(node_label, pod_signature)
+    launcher = FleetPodLauncher(_Api(), "n1", routed)  # type: ignore[arg-type]
+    routed.changed("ADDED", _pod("Running"))
+    launcher._pods[("ns", "p")] = {"status": {"phase": "Failed"}}  # as `_delete` leaves it
+    routed.changed("MODIFIED", _pod("Running"))  # terminating, as the watch still shows it
+    assert launcher.ended(PodHandle("ns", "p"))
