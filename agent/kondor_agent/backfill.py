@@ -18,10 +18,12 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import re
 import signal
 import subprocess
 from collections.abc import Callable, Iterable
 from pathlib import Path
+from typing import Any, Protocol
 
 from kondor_agent.execute.cgroups import CgroupError, JobCgroups
 from kondor_core.api.backfill import BackfillSpec
@@ -32,6 +34,43 @@ log = logging.getLogger(__name__)
 #: The backfill process's leaf under its slot's cgroup.
 CGROUP_LEAF = "backfill"
 MINIMAL_PATH = "/usr/local/bin:/usr/bin:/bin"
+#: Labels of a backfill pod: the node it is bound to and the slot it backfills.
+BACKFILL_NODE_LABEL = "kondor.io/backfill-node"
+BACKFILL_SLOT_LABEL = "kondor.io/backfill-slot"
+
+
+class BackfillPods(Protocol):
+    """Backfill pods through the API server (KubeBackfillPods, or a fake)."""
+
+    def create(self, namespace: str, manifest: dict[str, Any]) -> None: ...
+    def phase(self, namespace: str, name: str) -> str | None: ...
+    def delete(self, namespace: str, name: str) -> None: ...
+    def delete_all(self, node: str) -> int: ...
+
+
+def backfill_pod(spec: BackfillSpec, slot: str, node: str) -> dict[str, Any]:
+    """The Pod a slot's `pod` backfill runs as: the template, bound to the node, labelled with
+    the node and the slot, never restarted, named after both (DNS-1123)."""
+    assert spec.pod is not None
+    template = spec.pod
+    metadata = dict(template.get("metadata") or {})
+    labels = {
+        **dict(metadata.get("labels") or {}),
+        BACKFILL_NODE_LABEL: _label(node),
+        BACKFILL_SLOT_LABEL: _label(slot.split("@", 1)[0]),
+    }
+    name = re.sub(r"[^a-z0-9-]+", "-", f"backfill-{node}-{slot.split('@', 1)[0]}".lower())
+    pod_spec = {"restartPolicy": "Never", **dict(template["spec"]), "nodeName": node}
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {**metadata, "name": name[:63].strip("-"), "labels": labels},
+        "spec": pod_spec,
+    }
+
+
+def _label(value: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]+", "-", value)[:63].strip("-_.")
 
 
 class BackfillRunner:
@@ -43,25 +82,38 @@ class BackfillRunner:
         cgroups: JobCgroups | None = None,
         *,
         kill: Callable[[int, int], None] = os.killpg,
+        pods: BackfillPods | None = None,
+        node: str = "",
     ) -> None:
         self.directory = directory
         self.cgroups = cgroups if cgroups is not None else JobCgroups.disabled()
         self._kill = kill
+        self.pods = pods
+        self.node = node
         self._running: dict[str, subprocess.Popen[bytes]] = {}
+        #: slot -> (namespace, name) of its backfill pod.
+        self._pods: dict[str, tuple[str, str]] = {}
         self._events: dict[str, list[Event]] = {}
         self.directory.mkdir(parents=True, exist_ok=True)
         self._kill_leftovers()
+        if pods is not None and node:
+            with contextlib.suppress(Exception):  # best effort: the next agent tries again
+                if pods.delete_all(node):
+                    log.info("deleted the backfill pods an earlier agent left")
 
     @property
     def running(self) -> frozenset[str]:
-        return frozenset(self._running)
+        return frozenset(self._running) | frozenset(self._pods)
 
     def start(self, slot: str, spec: BackfillSpec) -> bool:
         """Start the slot's backfill process (nothing if one runs); whether it started. A
         process that cannot start is said in the log and reported as exited at once, so the
         slot goes back to Backfill/Idle rather than waiting for it."""
-        if slot in self._running:
+        if slot in self._running or slot in self._pods:
             return False
+        if spec.pod is not None:
+            return self._start_pod(slot, spec)
+        assert spec.executable is not None
         workdir = self.directory / _safe(slot)
         workdir.mkdir(parents=True, exist_ok=True)
         env = {"PATH": MINIMAL_PATH, "HOME": str(workdir), **spec.environment}
@@ -91,8 +143,31 @@ class BackfillRunner:
         log.info("backfill on %s started (pid %d)", slot, process.pid)
         return True
 
+    def _start_pod(self, slot: str, spec: BackfillSpec) -> bool:
+        manifest = backfill_pod(spec, slot, self.node)
+        name = manifest["metadata"]["name"]
+        try:
+            if self.pods is None:
+                raise RuntimeError("this agent runs no pods")
+            self.pods.create(spec.namespace, manifest)
+        except Exception as err:  # the API refused: said, and the slot goes back to Idle
+            log.warning("backfill pod on %s not created: %s", slot, err)
+            self._events.setdefault(slot, []).extend([BackfillStarted(), BackfillExited()])
+            return False
+        self._pods[slot] = (spec.namespace, name)
+        self._events.setdefault(slot, []).append(BackfillStarted())
+        log.info("backfill on %s started (pod %s/%s)", slot, spec.namespace, name)
+        return True
+
     def kill(self, slot: str) -> None:
-        """Hard-kill the slot's backfill process and everything it forked."""
+        """Hard-kill the slot's backfill process and everything it forked (or delete its pod
+        with no grace period)."""
+        if slot in self._pods and self.pods is not None:
+            namespace, name = self._pods[slot]
+            with contextlib.suppress(Exception):  # gone already, or the next check sees it
+                self.pods.delete(namespace, name)
+            log.info("backfill on %s killed (pod %s/%s deleted)", slot, namespace, name)
+            return
         process = self._running.get(slot)
         if process is None:
             # Nothing runs there (an earlier agent's process, killed at start): it is gone.
@@ -110,6 +185,20 @@ class BackfillRunner:
                 self._pidfile(slot).unlink(missing_ok=True)
                 self._events.setdefault(slot, []).append(BackfillExited())
                 log.info("backfill on %s exited (%s)", slot, process.returncode)
+        for slot, (namespace, name) in list(self._pods.items()):
+            assert self.pods is not None
+            try:
+                phase = self.pods.phase(namespace, name)
+            except Exception as err:  # a failed read: looked at again next time
+                log.warning("backfill pod %s/%s: %s", namespace, name, err)
+                continue
+            if phase is None or phase in ("Succeeded", "Failed"):
+                if phase is not None:
+                    with contextlib.suppress(Exception):
+                        self.pods.delete(namespace, name)
+                del self._pods[slot]
+                self._events.setdefault(slot, []).append(BackfillExited())
+                log.info("backfill on %s exited (pod %s)", slot, phase or "gone")
         out, self._events = self._events, {}
         return out
 
@@ -119,12 +208,12 @@ class BackfillRunner:
         earlier agent left (and this one killed)."""
         out = self.events()
         for slot in busy:
-            if slot not in self._running and slot not in out:
+            if slot not in self.running and slot not in out:
                 out[slot] = [BackfillExited()]
         return out
 
     def kill_all(self) -> None:
-        for slot in list(self._running):
+        for slot in list(self._running) + list(self._pods):
             self.kill(slot)
 
     # -- mechanism ---------------------------------------------------------------------------
@@ -169,3 +258,53 @@ class BackfillRunner:
 def _safe(slot: str) -> str:
     """A slot name as a file name: `slot1@node` -> `slot1_node`."""
     return slot.replace("@", "_").replace("/", "_")
+
+
+class KubeBackfillPods:
+    """BackfillPods through the kubernetes client (the agent may create, read and delete
+    pods in any namespace, as it does for pod jobs)."""
+
+    def __init__(self, api_client: Any) -> None:
+        from kubernetes import client  # noqa: PLC0415
+
+        self.core = client.CoreV1Api(api_client)
+
+    def create(self, namespace: str, manifest: dict[str, Any]) -> None:
+        from kubernetes.client.exceptions import ApiException  # noqa: PLC0415
+
+        try:
+            self.core.create_namespaced_pod(namespace, manifest)  # type: ignore[arg-type]
+        except ApiException as error:
+            if error.status != 409:  # an earlier one of the same name: it is the client
+                raise
+
+    def phase(self, namespace: str, name: str) -> str | None:
+        from kubernetes.client.exceptions import ApiException  # noqa: PLC0415
+
+        try:
+            pod = self.core.read_namespaced_pod(name, namespace)
+        except ApiException as error:
+            if error.status == 404:
+                return None
+            raise
+        if pod.metadata is not None and pod.metadata.deletion_timestamp is not None:
+            return None  # being deleted: the client is gone as far as the slot goes
+        return str(pod.status.phase) if pod.status is not None else "Pending"
+
+    def delete(self, namespace: str, name: str) -> None:
+        from kubernetes.client.exceptions import ApiException  # noqa: PLC0415
+
+        try:
+            self.core.delete_namespaced_pod(name, namespace, grace_period_seconds=0)
+        except ApiException as error:
+            if error.status != 404:
+                raise
+
+    def delete_all(self, node: str) -> int:
+        found = self.core.list_pod_for_all_namespaces(
+            label_selector=f"{BACKFILL_NODE_LABEL}={_label(node)}"
+        )
+        for pod in found.items:
+            if pod.metadata is not None and pod.metadata.name and pod.metadata.namespace:
+                self.delete(pod.metadata.namespace, pod.metadata.name)
+        return len(found.items)

@@ -30,7 +30,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from kondor_agent.backfill import BackfillRunner
+from kondor_agent.backfill import BackfillRunner, KubeBackfillPods
 from kondor_agent.benchmarks import BenchmarkRunner, measure
 from kondor_agent.cron import CronRunner
 from kondor_agent.detect import register as register_detect
@@ -301,7 +301,12 @@ def _publish(args: argparse.Namespace) -> int:
     if args.state_dir is not None:
         agent.on_written = _StatusFile(args.state_dir).save
     # Backfill processes are expendable: killed when the agent stops, or by the next agent.
-    agent.backfill = BackfillRunner(launcher.execute_dir / "backfill", launcher.cgroups)
+    agent.backfill = BackfillRunner(
+        launcher.execute_dir / "backfill",
+        launcher.cgroups,
+        pods=KubeBackfillPods(api.api_client),
+        node=args.node_name,
+    )
     stop = threading.Event()
 
     def on_signal(_signum: int, _frame: FrameType | None) -> None:

@@ -6,10 +6,12 @@ again with a new process."""
 
 from __future__ import annotations
 
+import json
 import os
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -96,3 +98,42 @@ def test_an_idle_slot_backfills_and_a_matched_job_evicts_the_backfill(
     eventually(lambda: slot_state(cluster) == ("Backfill", "Busy"), 30, "Backfill/Busy again")
     second = eventually(lambda: backfill_pid(directory), 10, "a new backfill process")
     assert second != first
+
+
+def test_a_pod_backfill_is_created_on_the_node_and_deleted_when_a_job_comes(
+    made: tuple[Cluster, Path],
+) -> None:
+    cluster, _ = made
+    policy = slot_policy("backfill", {"kondor.io/pool": "cpu"}, "BACKFILL_NOW = TRUE\n" + POLICY)
+    policy["spec"]["backfill"] = {
+        "pod": {"spec": {"containers": [{"name": "client", "image": "busybox"}]}}
+    }
+    cluster.apply(policy)
+    # The process client gives way to a job; afterwards the slot backfills with a pod.
+    cluster.apply(process_job("between", "echo between"), user="alice")
+    eventually(
+        lambda: cluster.job("between")["status"].get("jobStatus") == "Completed", 60, "between"
+    )
+    pod_name = f"backfill-{NODE}-slot1"
+
+    def pod() -> dict[str, Any] | None:
+        found = cluster.kubectl("get", "pods", "-n", "default", "-o", "json")
+        for item in json.loads(found)["items"]:
+            if item["metadata"]["name"] == pod_name and not item["metadata"].get(
+                "deletionTimestamp"
+            ):
+                return dict(item)
+        return None
+
+    created = eventually(pod, 30, "the backfill pod created")
+    assert created["spec"]["nodeName"] == NODE
+    assert created["metadata"]["labels"]["kondor.io/backfill-slot"] == "slot1"
+    eventually(lambda: slot_state(cluster) == ("Backfill", "Busy"), 30, "Backfill/Busy (pod)")
+
+    cluster.apply(process_job("after-pod", "echo after"), user="alice")
+    eventually(lambda: pod() is None, 30, "the backfill pod deleted for the job")
+    eventually(
+        lambda: cluster.job("after-pod")["status"].get("jobStatus") == "Completed",
+        60,
+        "the job run after the pod",
+    )

@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -104,3 +105,74 @@ def test_a_busy_slot_no_process_serves_is_told_its_client_exited(tmp_path: Path)
     assert runner.events_for([SLOT]) == {SLOT: [BackfillStarted()]}
     assert runner.events_for([SLOT]) == {}
     runner.kill_all()
+
+
+class FakePods:
+    def __init__(self) -> None:
+        self.pods: dict[tuple[str, str], str] = {}
+        self.created: list[dict[str, Any]] = []
+
+    def create(self, namespace: str, manifest: dict[str, Any]) -> None:
+        self.created.append(manifest)
+        self.pods[(namespace, manifest["metadata"]["name"])] = "Pending"
+
+    def phase(self, namespace: str, name: str) -> str | None:
+        return self.pods.get((namespace, name))
+
+    def delete(self, namespace: str, name: str) -> None:
+        self.pods.pop((namespace, name), None)
+
+    def delete_all(self, node: str) -> int:
+        return 0
+
+
+POD = {"metadata": {"labels": {"app": "boinc"}}, "spec": {"containers": [{"name": "c"}]}}
+
+
+def test_a_pod_backfill_is_created_bound_to_the_node_and_deleted_on_kill(tmp_path: Path) -> None:
+    pods = FakePods()
+    runner = BackfillRunner(tmp_path, pods=pods, node="node-a")
+    spec = BackfillSpec.model_validate({"pod": POD, "namespace": "backfill"})
+    assert runner.start("slot1@node-a", spec)
+    (manifest,) = pods.created
+    assert manifest["metadata"]["name"] == "backfill-node-a-slot1"
+    assert manifest["metadata"]["labels"] == {
+        "app": "boinc",
+        "kondor.io/backfill-node": "node-a",
+        "kondor.io/backfill-slot": "slot1",
+    }
+    assert (manifest["spec"]["nodeName"], manifest["spec"]["restartPolicy"]) == ("node-a", "Never")
+    assert runner.events() == {"slot1@node-a": [BackfillStarted()]}
+    assert runner.running == {"slot1@node-a"}
+    runner.kill("slot1@node-a")
+    assert runner.events() == {"slot1@node-a": [BackfillExited()]}
+    assert pods.pods == {}
+
+
+def test_a_pod_that_ends_is_told_and_a_pod_without_an_api_goes_back_to_idle(
+    tmp_path: Path,
+) -> None:
+    pods = FakePods()
+    runner = BackfillRunner(tmp_path, pods=pods, node="n")
+    spec = BackfillSpec.model_validate({"pod": POD})
+    runner.start(SLOT, spec)
+    pods.pods[("default", "backfill-n-slot1")] = "Succeeded"
+    assert runner.events() == {SLOT: [BackfillStarted(), BackfillExited()]}
+    assert pods.pods == {}  # the finished pod is deleted
+    no_api = BackfillRunner(tmp_path / "other")
+    assert not no_api.start(SLOT, spec)
+    assert no_api.events() == {SLOT: [BackfillStarted(), BackfillExited()]}
+
+
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        ({}, "either executable"),
+        ({"executable": "/bin/true", "pod": POD}, "either executable"),
+        ({"pod": POD, "arguments": ["x"]}, "arguments and environment go with executable"),
+        ({"pod": {"metadata": {}}}, "needs a spec"),
+    ],
+)
+def test_a_backfill_is_a_process_or_a_pod(fields: dict[str, Any], message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        BackfillSpec.model_validate(fields)
