@@ -67,6 +67,18 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     policy = slot_policy("defrag", {"kondor.io/pool": "cpu"}, POLICY)
     with job_cluster(tmp, machine_files(tmp), [policy]) as made:
         yield made
+        # The fragmenting jobs sleep for minutes and would outlive their agents (as jobs
+        # outlive an agent's restart): removed, their processes killed, before the stop.
+        with contextlib.suppress(AssertionError):
+            made.kubectl("delete", "executionjobs", "--all", "-n", "default", "--wait=false")
+
+            def none_running() -> bool:
+                listed = json.loads(
+                    made.kubectl("get", "executionjobs", "-n", "default", "-o", "json")
+                )
+                return not listed["items"]
+
+            eventually(none_running, 30, "every job gone")
 
 
 class Watcher:
