@@ -8,9 +8,13 @@ unneeded unless `cluster-autoscaler.kubernetes.io/scale-down-disabled` is "true"
 process jobs are no pods the autoscaler can see, so with power management on (the policy
 sets HIBERNATE_CHECK_INTERVAL) Kondor keeps that annotation "true" on the node, and sets it
 "false" (with `kondor.io/sleep-state` naming the state) only while every slot agrees to sleep.
+Turned off (the interval back to 0, or the ExecutionPoint deleted because no SlotPolicy
+selects the node), Kondor's annotations go and scale-down-disabled is put back as it was
+before Kondor first took it (recorded on the node, `kondor.io/scale-down-disabled-original`).
 
 ExecutionPoints reach it through watch events (`@kopf.on.event`, no annotation written on
-them); the Node is read once, then only written when what it should carry changes. It needs
+them); each Node is read once (again after a failed write or a change of leadership), then only
+written when what it should carry changes. It needs
 nodes get/patch, and writes nothing unless this replica leads.
 """
 
@@ -59,7 +63,13 @@ class KubeNodes:
         return dict((metadata.annotations if metadata is not None else None) or {})
 
     def patch_node_annotations(self, name: str, patch: Mapping[str, str | None]) -> None:
-        self.core.patch_node(name, {"metadata": {"annotations": dict(patch)}})
+        from kubernetes.client.exceptions import ApiException  # noqa: PLC0415
+
+        try:
+            self.core.patch_node(name, {"metadata": {"annotations": dict(patch)}})
+        except ApiException as error:
+            if error.status != 404:  # a node gone (its ExecutionPoint goes with it): nothing
+                raise
 
 
 def power_of(body: Mapping[str, Any]) -> PowerStatus | None:
@@ -83,6 +93,8 @@ class NodeMarker:
         self._known: dict[str, dict[str, str]] = {}
 
     def set_leading(self, leading: bool) -> None:
+        if leading != self.leading:
+            self._known.clear()  # another replica may have written nodes meanwhile
         self.leading = leading
 
     def forget(self, node: str) -> None:
@@ -94,8 +106,8 @@ class NodeMarker:
             return None
         known = self._known.get(node)
         if known is None:
-            if power is None:
-                return None  # power management off, never marked here: not even a read
+            # Read once even without power management: a node marked before this operator
+            # started (or before the policy turned it off) gets its annotations back.
             read = self.nodes.read_node_annotations(node)
             if read is None:
                 return None
@@ -113,17 +125,24 @@ class NodeMarker:
         return patch
 
 
+def follow_event(marker: NodeMarker, body: Mapping[str, Any], type: str | None) -> None:
+    """One watch event of an ExecutionPoint: its node follows its power. A deleted one (no
+    SlotPolicy selects its node any more) has no power management: the node gets back what
+    it carried before Kondor marked it, and is forgotten."""
+    node = (body.get("spec") or {}).get("nodeName")
+    if not node:
+        return
+    power = None if type == "DELETED" else power_of(body)
+    try:
+        marker.follow(str(node), power)
+    except Exception as error:  # the next event (the agent's heartbeat) tries again
+        marker.forget(str(node))
+        logger.warning("node %s: scale-down annotations not written: %s", node, error)
+    if type == "DELETED":
+        marker.forget(str(node))
+
+
 def register(registry: kopf.OperatorRegistry, marker: NodeMarker) -> None:
     @kopf.on.event(GROUP, VERSION, EXECUTION_POINTS, id="power-mark", registry=registry)
     async def execution_point_power(body: kopf.Body, type: str | None, **_: Any) -> None:
-        node = (body.get("spec") or {}).get("nodeName")
-        if not node:
-            return
-        if type == "DELETED":
-            marker.forget(str(node))
-            return
-        try:
-            await asyncio.to_thread(marker.follow, str(node), power_of(body))
-        except Exception as error:  # the next event (the agent's heartbeat) tries again
-            marker.forget(str(node))
-            logger.warning("node %s: scale-down annotations not written: %s", node, error)
+        await asyncio.to_thread(follow_event, marker, body, type)

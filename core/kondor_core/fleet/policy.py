@@ -22,6 +22,7 @@ from kondor_core.jobs.hooks import (
 )
 from kondor_core.policy import EngineError, StartdPolicy
 from kondor_core.slots import policy_problems
+from kondor_core.startd.power import PowerConfigError, check_interval
 
 #: HTCondor's UPDATE_INTERVAL default ("condor_startd Configuration File Macros").
 DEFAULT_UPDATE_INTERVAL = 300.0
@@ -113,6 +114,11 @@ def check_policy(
     try:
         check_hook_settings(compiled.macros)
     except HookSettingsError as error:
+        problems.append(f"spec.condorConfig: {error}")
+    try:
+        # The agent reads it each tick ("Power Management"); refuse here what it would refuse.
+        check_interval(compiled.macros)
+    except PowerConfigError as error:
         problems.append(f"spec.condorConfig: {error}")
     try:
         # The agent builds this engine from the same policy: what it would refuse, refuse here.

@@ -15,14 +15,18 @@ know vetoes like NONE and is reported.
 
 from __future__ import annotations
 
+import json
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from kondor_core.api.executionpoint import PowerStatus
 from kondor_core.api.meta import format_time
+from kondor_core.classads import ExpressionError
+from kondor_core.classads import evaluate as evaluate_expr
 from kondor_core.policy import MachineContext, hibernate
-from kondor_core.policy.evaluation import FilteredFacts
+from kondor_core.policy.evaluation import FilteredFacts, number
 from kondor_core.startd.node import Startd
 
 #: The knob that turns power management on (seconds between checks; 0: off).
@@ -51,6 +55,9 @@ SLEEP_LEVELS: Mapping[str, int] = {
 SCALE_DOWN_DISABLED = "cluster-autoscaler.kubernetes.io/scale-down-disabled"
 #: Kondor's annotation naming the sleep state the node's slots agree on.
 SLEEP_STATE_ANNOTATION = "kondor.io/sleep-state"
+#: Kondor's record of the scale-down-disabled annotation the node carried before power
+#: management took it over (JSON: the value, or null), put back when it is turned off.
+ORIGINAL_ANNOTATION = "kondor.io/scale-down-disabled-original"
 
 
 class PowerConfigError(ValueError):
@@ -58,22 +65,33 @@ class PowerConfigError(ValueError):
 
 
 def check_interval(macros: Mapping[str, str]) -> float:
-    """HIBERNATE_CHECK_INTERVAL from the policy's knobs (0 when unset: power management off)."""
+    """HIBERNATE_CHECK_INTERVAL from the policy's knobs (0 when unset: power management off).
+
+    Like HTCondor's integer knobs, the value may be a constant expression (`5 * 60`, or
+    `$(MINUTE) * 5` once the snippet's macros are expanded); it must come to a finite number
+    of seconds, 0 or more. Admission refuses what this refuses (`fleet.policy.check_policy`).
+    """
     text = next(
         (str(value) for key, value in macros.items() if key.upper() == CHECK_INTERVAL_KNOB),
         "",
     ).strip()
     if not text:
         return 0.0
+    allowed = "a number of seconds, 0 or more (0 turns power management off)"
     try:
-        seconds = float(text)
+        seconds: float | None = float(text)
     except ValueError:
-        raise PowerConfigError(
-            f"{CHECK_INTERVAL_KNOB} = {text!r} is not a number of seconds (0 turns power "
-            "management off)"
-        ) from None
+        try:
+            value = evaluate_expr(text, field=CHECK_INTERVAL_KNOB)
+            seconds = None if isinstance(value, bool) else number(value)
+        except ExpressionError:
+            seconds = None
+    if seconds is None or not math.isfinite(seconds):
+        raise PowerConfigError(f"{CHECK_INTERVAL_KNOB} = {text!r} is not {allowed}")
     if seconds < 0:
-        raise PowerConfigError(f"{CHECK_INTERVAL_KNOB} = {text!r} must be 0 or more seconds")
+        raise PowerConfigError(
+            f"{CHECK_INTERVAL_KNOB} = {text!r} is negative; it must be {allowed}"
+        )
     return seconds
 
 
@@ -147,13 +165,36 @@ def node_annotations(
     With power management on, Kondor owns the cluster autoscaler's scale-down-disabled
     annotation on the node: "true" while any slot vetoes (the autoscaler cannot see Kondor's
     process jobs, so it must not take the node away from under them), "false" with
-    kondor.io/sleep-state naming the state once every slot agrees. Without it (no
-    `status.power`) only Kondor's own annotation is taken away, if present."""
+    kondor.io/sleep-state naming the state once every slot agrees. The first time it takes
+    the annotation it records what the node carried before (`ORIGINAL_ANNOTATION`, JSON: the
+    value, or null when there was none). Without power management (no `status.power`: the
+    check interval back to 0, or no SlotPolicy selecting the node any more) Kondor's own
+    annotations are taken away and scale-down-disabled is put back as recorded."""
     if power is None:
         wanted: dict[str, str | None] = {SLEEP_STATE_ANNOTATION: None}
-    elif power.sleep_state is None:
-        wanted = {SLEEP_STATE_ANNOTATION: None, SCALE_DOWN_DISABLED: "true"}
+        if ORIGINAL_ANNOTATION in annotations:
+            wanted[ORIGINAL_ANNOTATION] = None
+            readable, original = _original(annotations[ORIGINAL_ANNOTATION])
+            if readable:
+                wanted[SCALE_DOWN_DISABLED] = original
     else:
-        wanted = {SLEEP_STATE_ANNOTATION: power.sleep_state, SCALE_DOWN_DISABLED: "false"}
+        if power.sleep_state is None:
+            wanted = {SLEEP_STATE_ANNOTATION: None, SCALE_DOWN_DISABLED: "true"}
+        else:
+            wanted = {SLEEP_STATE_ANNOTATION: power.sleep_state, SCALE_DOWN_DISABLED: "false"}
+        if ORIGINAL_ANNOTATION not in annotations:
+            wanted[ORIGINAL_ANNOTATION] = json.dumps(annotations.get(SCALE_DOWN_DISABLED))
     patch = {key: value for key, value in wanted.items() if annotations.get(key) != value}
     return patch or None
+
+
+def _original(recorded: str) -> tuple[bool, str | None]:
+    """The recorded scale-down-disabled value (None: there was none), with False when the
+    record does not read as Kondor writes it (then scale-down-disabled is left as it is)."""
+    try:
+        value = json.loads(recorded)
+    except ValueError:
+        return False, None
+    if value is None or isinstance(value, str):
+        return True, value
+    return False, None

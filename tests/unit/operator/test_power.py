@@ -5,9 +5,15 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+import pytest
+
 from kondor_core.api.executionpoint import PowerStatus
-from kondor_core.startd.power import SCALE_DOWN_DISABLED, SLEEP_STATE_ANNOTATION
-from kondor_operator.power import NodeMarker, power_of
+from kondor_core.startd.power import (
+    ORIGINAL_ANNOTATION,
+    SCALE_DOWN_DISABLED,
+    SLEEP_STATE_ANNOTATION,
+)
+from kondor_operator.power import NodeMarker, follow_event, power_of
 
 
 class FakeNodes:
@@ -37,21 +43,77 @@ def test_the_mark_follows_the_agreement_and_the_node_is_read_once() -> None:
     assert marker.follow("n", asleep) == {
         SLEEP_STATE_ANNOTATION: "RAM",
         SCALE_DOWN_DISABLED: "false",
+        ORIGINAL_ANNOTATION: "null",  # the node had no scale-down-disabled before
     }
     assert marker.follow("n", asleep) is None  # a heartbeat: nothing to write
     assert marker.follow("n", awake) == {SLEEP_STATE_ANNOTATION: None, SCALE_DOWN_DISABLED: "true"}
     assert nodes.reads == 1
-    assert nodes.annotations["n"] == {"owner": "ops", SCALE_DOWN_DISABLED: "true"}
+    assert nodes.annotations["n"] == {
+        "owner": "ops",
+        SCALE_DOWN_DISABLED: "true",
+        ORIGINAL_ANNOTATION: "null",
+    }
 
 
-def test_nothing_is_read_or_written_without_power_management_or_leadership() -> None:
+def test_nothing_is_written_without_power_management_or_leadership() -> None:
     nodes = FakeNodes()
     marker = NodeMarker(nodes)
     assert marker.follow("n", None) is None
+    assert marker.follow("n", None) is None  # a heartbeat: the node was read once
+    assert (nodes.reads, nodes.patches) == (1, [])
     marker.set_leading(False)
     assert marker.follow("n", PowerStatus(sleep_state="RAM", since="t")) is None
-    assert (nodes.reads, nodes.patches) == (0, [])
+    assert (nodes.reads, nodes.patches) == (1, [])
     assert marker.follow("gone", None) is None
+
+
+ASLEEP = PowerStatus(sleep_state="S3", since="t")
+AWAKE = PowerStatus(sleep_state=None, since="t")
+
+
+@pytest.mark.parametrize(
+    "before", [{}, {SCALE_DOWN_DISABLED: "true"}, {SCALE_DOWN_DISABLED: "false"}]
+)
+def test_turning_power_management_off_gives_the_node_back_as_it_was(
+    before: dict[str, str],
+) -> None:
+    """The check interval back to 0 (status.power gone), or the ExecutionPoint deleted (the
+    handler follows with no power): the node carries again what it carried before."""
+    nodes = FakeNodes()
+    nodes.annotations["n"].update(before)
+    original = dict(nodes.annotations["n"])
+    marker = NodeMarker(nodes)
+    marker.follow("n", AWAKE)
+    assert nodes.annotations["n"][SCALE_DOWN_DISABLED] == "true"
+    marker.follow("n", ASLEEP)
+    assert nodes.annotations["n"][SLEEP_STATE_ANNOTATION] == "S3"
+    assert nodes.annotations["n"][SCALE_DOWN_DISABLED] == "false"
+    assert marker.follow("n", None) is not None
+    assert nodes.annotations["n"] == original
+    assert marker.follow("n", None) is None  # nothing more to give back
+    assert nodes.reads == 1
+
+
+def test_a_restarted_operator_gives_back_a_node_an_earlier_one_marked() -> None:
+    nodes = FakeNodes()
+    nodes.annotations["n"][SCALE_DOWN_DISABLED] = "true"
+    NodeMarker(nodes).follow("n", ASLEEP)
+    assert ORIGINAL_ANNOTATION in nodes.annotations["n"]
+    restarted = NodeMarker(nodes)  # knows nothing: reads the node, finds Kondor's record
+    restarted.follow("n", None)
+    assert nodes.annotations["n"] == {"owner": "ops", SCALE_DOWN_DISABLED: "true"}
+
+
+def test_a_new_leader_reads_the_node_again() -> None:
+    nodes = FakeNodes()
+    marker = NodeMarker(nodes)
+    marker.follow("n", ASLEEP)
+    marker.set_leading(False)
+    nodes.annotations["n"] = {"owner": "ops"}  # another replica gave the node back meanwhile
+    marker.set_leading(True)
+    marker.follow("n", ASLEEP)
+    assert nodes.reads == 2
+    assert nodes.annotations["n"][SLEEP_STATE_ANNOTATION] == "S3"
 
 
 def test_a_power_status_that_does_not_parse_is_ignored() -> None:
@@ -59,3 +121,52 @@ def test_a_power_status_that_does_not_parse_is_ignored() -> None:
     assert power_of({"status": {}}) is None
     parsed = power_of({"status": {"power": {"sleepState": "RAM", "since": "t"}}})
     assert parsed is not None and parsed.sleep_state == "RAM"
+
+
+def _ep(power: dict[str, object] | None) -> dict[str, object]:
+    return {"spec": {"nodeName": "n"}, "status": {"power": power} if power else {}}
+
+
+def test_a_deleted_execution_point_gives_its_node_back() -> None:
+    """No SlotPolicy selects the node any more: the operator deletes its ExecutionPoint, and
+    the watch's DELETED event (whose body still carries the last status) unmarks the node."""
+    nodes = FakeNodes()
+    nodes.annotations["n"][SCALE_DOWN_DISABLED] = "false"
+    marker = NodeMarker(nodes)
+    asleep = _ep({"sleepState": "S3", "since": "t"})
+    follow_event(marker, asleep, None)
+    follow_event(marker, asleep, "MODIFIED")
+    assert nodes.annotations["n"][SLEEP_STATE_ANNOTATION] == "S3"
+    follow_event(marker, asleep, "DELETED")
+    assert nodes.annotations["n"] == {"owner": "ops", SCALE_DOWN_DISABLED: "false"}
+    follow_event(marker, _ep(None), "ADDED")  # forgotten: read again
+    assert nodes.reads == 2
+
+
+def test_an_interval_back_to_zero_gives_the_node_back() -> None:
+    nodes = FakeNodes()
+    marker = NodeMarker(nodes)
+    follow_event(marker, _ep({"sleepState": None, "since": "t"}), "MODIFIED")
+    assert nodes.annotations["n"][SCALE_DOWN_DISABLED] == "true"
+    follow_event(marker, _ep(None), "MODIFIED")  # the agent dropped status.power
+    assert nodes.annotations["n"] == {"owner": "ops"}
+
+
+def test_a_failed_write_is_tried_again_on_the_next_event() -> None:
+    class Failing(FakeNodes):
+        fail = True
+
+        def patch_node_annotations(self, name: str, patch: Mapping[str, str | None]) -> None:
+            if self.fail:
+                self.fail = False
+                raise RuntimeError("the API server is away")
+            super().patch_node_annotations(name, patch)
+
+    nodes = Failing()
+    marker = NodeMarker(nodes)
+    asleep = _ep({"sleepState": "S3", "since": "t"})
+    follow_event(marker, asleep, "MODIFIED")
+    assert SLEEP_STATE_ANNOTATION not in nodes.annotations["n"]
+    follow_event(marker, asleep, "MODIFIED")
+    assert nodes.annotations["n"][SLEEP_STATE_ANNOTATION] == "S3"
+    assert nodes.reads == 2

@@ -4,6 +4,8 @@ knob, and the Node annotations the operator writes."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from kondor_core import startd
@@ -13,6 +15,7 @@ from kondor_core.config import compile_policy
 from kondor_core.jobs import job_ad
 from kondor_core.policy import ActivateClaim, Event, Match
 from kondor_core.startd.power import (
+    ORIGINAL_ANNOTATION,
     SCALE_DOWN_DISABLED,
     SLEEP_STATE_ANNOTATION,
     PowerConfigError,
@@ -53,15 +56,38 @@ def test_every_slot_must_agree_and_the_deepest_state_wins(
 
 @pytest.mark.parametrize(
     ("macros", "seconds"),
-    [({}, 0.0), ({"HIBERNATE_CHECK_INTERVAL": "20"}, 20.0), ({"hibernate_check_interval": "5"}, 5)],
+    [
+        ({}, 0.0),
+        ({"HIBERNATE_CHECK_INTERVAL": ""}, 0.0),
+        ({"HIBERNATE_CHECK_INTERVAL": "0"}, 0.0),
+        ({"HIBERNATE_CHECK_INTERVAL": "20"}, 20.0),
+        ({"hibernate_check_interval": "5"}, 5),
+        ({"HIBERNATE_CHECK_INTERVAL": " 300 "}, 300.0),
+        # A constant expression, as HTCondor's integer knobs take ($(MINUTE) expanded).
+        ({"HIBERNATE_CHECK_INTERVAL": "5 * 60"}, 300.0),
+    ],
 )
 def test_the_check_interval_is_off_unless_set(macros: dict[str, str], seconds: float) -> None:
     assert check_interval(macros) == seconds
 
 
-@pytest.mark.parametrize(("text", "message"), [("soon", "not a number"), ("-1", "0 or more")])
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("soon", "is not a number of seconds, 0 or more"),
+        ('"300"', "is not a number of seconds"),
+        ("true", "is not a number of seconds"),
+        ("5 *", "is not a number of seconds"),
+        ("nan", "is not a number of seconds"),
+        ("1e400", "is not a number of seconds"),
+        ("-1", "is negative; it must be a number of seconds, 0 or more"),
+        ("10 - 20", "is negative"),
+    ],
+)
 def test_a_bad_check_interval_is_refused_naming_it(text: str, message: str) -> None:
-    with pytest.raises(PowerConfigError, match=f"HIBERNATE_CHECK_INTERVAL = '{text}'.*{message}"):
+    with pytest.raises(
+        PowerConfigError, match=re.escape(f"HIBERNATE_CHECK_INTERVAL = {text!r}") + ".*" + message
+    ):
         check_interval({"HIBERNATE_CHECK_INTERVAL": text})
 
 
@@ -130,4 +156,97 @@ def test_the_status_keeps_its_since_until_the_state_changes() -> None:
 def test_the_node_is_marked_for_scale_down_only_while_every_slot_agrees(
     power: PowerStatus | None, annotations: dict[str, str], patch: dict[str, str | None] | None
 ) -> None:
+    recorded = {ORIGINAL_ANNOTATION: "null"}
+    if power is not None:  # the record is already there: only the mark changes
+        annotations = {**annotations, **recorded}
     assert node_annotations(power, annotations) == patch
+
+
+ASLEEP = PowerStatus(sleep_state="S3", since="t")
+AWAKE = PowerStatus(sleep_state=None, since="t")
+
+
+@pytest.mark.parametrize(
+    ("before", "power", "patch"),
+    [
+        # The first mark records what the node carried: nothing, or the admin's value.
+        ({}, AWAKE, {SCALE_DOWN_DISABLED: "true", ORIGINAL_ANNOTATION: "null"}),
+        (
+            {SCALE_DOWN_DISABLED: "true"},
+            ASLEEP,
+            {
+                SLEEP_STATE_ANNOTATION: "S3",
+                SCALE_DOWN_DISABLED: "false",
+                ORIGINAL_ANNOTATION: '"true"',
+            },
+        ),
+        (
+            {SCALE_DOWN_DISABLED: "false"},
+            AWAKE,
+            {SCALE_DOWN_DISABLED: "true", ORIGINAL_ANNOTATION: '"false"'},
+        ),
+    ],
+)
+def test_the_first_mark_records_the_annotation_it_takes_over(
+    before: dict[str, str], power: PowerStatus, patch: dict[str, str | None]
+) -> None:
+    assert node_annotations(power, before) == patch
+
+
+@pytest.mark.parametrize(
+    ("marked", "patch"),
+    [
+        # There was no scale-down-disabled: it goes, with both of Kondor's annotations.
+        (
+            {
+                SLEEP_STATE_ANNOTATION: "S3",
+                SCALE_DOWN_DISABLED: "false",
+                ORIGINAL_ANNOTATION: "null",
+            },
+            {SLEEP_STATE_ANNOTATION: None, SCALE_DOWN_DISABLED: None, ORIGINAL_ANNOTATION: None},
+        ),
+        # The admin's "true" comes back, whatever Kondor last wrote.
+        (
+            {
+                SLEEP_STATE_ANNOTATION: "S3",
+                SCALE_DOWN_DISABLED: "false",
+                ORIGINAL_ANNOTATION: '"true"',
+            },
+            {SLEEP_STATE_ANNOTATION: None, SCALE_DOWN_DISABLED: "true", ORIGINAL_ANNOTATION: None},
+        ),
+        (
+            {SCALE_DOWN_DISABLED: "true", ORIGINAL_ANNOTATION: '"true"'},
+            {ORIGINAL_ANNOTATION: None},
+        ),
+        (
+            {SCALE_DOWN_DISABLED: "true", ORIGINAL_ANNOTATION: '"false"'},
+            {SCALE_DOWN_DISABLED: "false", ORIGINAL_ANNOTATION: None},
+        ),
+        # A record Kondor did not write this way: scale-down-disabled is left as it is.
+        (
+            {SCALE_DOWN_DISABLED: "true", ORIGINAL_ANNOTATION: "not json"},
+            {ORIGINAL_ANNOTATION: None},
+        ),
+        ({SCALE_DOWN_DISABLED: "true", ORIGINAL_ANNOTATION: "3"}, {ORIGINAL_ANNOTATION: None}),
+        # Never marked by Kondor: nothing of the admin's is touched.
+        ({SCALE_DOWN_DISABLED: "true"}, None),
+    ],
+)
+def test_turning_power_management_off_restores_what_the_node_carried(
+    marked: dict[str, str], patch: dict[str, str | None] | None
+) -> None:
+    assert node_annotations(None, marked) == patch
+
+
+def test_the_record_survives_the_mark_changing() -> None:
+    """Marked, unmarked and marked again, the record keeps the admin's value, not Kondor's."""
+    annotations = {SCALE_DOWN_DISABLED: "true"}
+    for power in (ASLEEP, AWAKE, ASLEEP, None):
+        for key, value in (node_annotations(power, annotations) or {}).items():
+            if value is None:
+                annotations.pop(key, None)
+            else:
+                annotations[key] = value
+        if power is not None:
+            assert annotations[ORIGINAL_ANNOTATION] == '"true"'
+    assert annotations == {SCALE_DOWN_DISABLED: "true"}
