@@ -86,6 +86,8 @@ KINDS: tuple[Kind, ...] = (
             _column("GPUs", ".status.summary.gpus", "integer"),
             _column("State", ".status.summary.state"),
             _column("Drain", ".status.drain.state"),
+            # The low power state every slot agrees on (power management), empty otherwise.
+            _column("Sleep", ".status.power.sleepState"),
             _column("Policy", ".spec.policy.name", priority=1),
             _column("Heartbeat", ".status.lastHeartbeat", "date", priority=1),
             _AGE,
