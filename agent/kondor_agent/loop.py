@@ -49,6 +49,7 @@ from kondor_core.policy import Action, ActionKind, BenchmarksDone, EngineError, 
 from kondor_core.policy import Activity as EngineActivity
 from kondor_core.policy import State as EngineState
 from kondor_core.slots import LayoutError
+from kondor_core.startd.cod import engine_events as cod_engine_events
 from kondor_core.startd.drain import drain_status, drain_step, exited, resumed
 from kondor_core.startd.power import PowerConfigError, check_interval, power_status
 from kondor_core.startd.power import evaluate as evaluate_hibernate
@@ -274,6 +275,11 @@ class Agent:
             ]
             for slot, said in self.backfill.events_for(busy).items():
                 events.setdefault(slot, []).extend(said)
+        if self.cod is not None:
+            # The batch claims under running COD applications go Claimed/Suspended (and back).
+            suspended = self.cod.suspended_slots()
+            for slot, said in cod_engine_events(self.startd.state.slots, suspended).items():
+                events.setdefault(slot, []).extend(said)
         if self._drain_applied is None:
             self._drain_applied = resumed(spec.drain, self._drain)  # an earlier agent's, done
         drain = drain_step(spec.drain, self._drain_applied)
@@ -335,8 +341,11 @@ class Agent:
         the slot ads show of them to the slots' attributes."""
         assert self.cod is not None and self.startd is not None
         self.cod.tick(self.startd, now)
+        suspended = self.cod.suspended_slots()
         if self.jobs is not None:
-            self.jobs.suspend_for_cod(self.cod.suspended_slots())
+            self.jobs.suspend_for_cod(suspended)
+        if cod_engine_events(self.startd.state.slots, suspended):
+            self._woken = True  # a COD application started or ended: the engine follows now
         merged = {slot: dict(attributes) for slot, attributes in (usage or {}).items()}
         for slot, attributes in self.cod.slot_attributes().items():
             merged.setdefault(slot, {}).update(attributes)

@@ -218,12 +218,16 @@ class _Driver:
             self._answers(now, events)
             live = grown_facts(self.facts, self.set_at, now)
             self._negotiate(now, live, events)
+            if self.cod is not None:
+                self.cod.tick(self.node, now)
+                for slot, said in self.cod.events(self.node).items():
+                    events.setdefault(slot, []).extend(said)
             result = startd.tick(
                 self.node, live, now, slot_events=events, machine_events=machine_events
             )
             self.node = result.startd
             if self.cod is not None:
-                self.cod.tick(self.node, now)
+                self.cod.settle(self.node)
             self.transitions.extend(result.transitions)
             for action in result.actions:
                 self._after(action, now, interval)

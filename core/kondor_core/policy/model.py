@@ -155,6 +155,9 @@ class SlotState:
     backfill_running: bool = False
     #: condor_off was received: no new claims, claims retire or are killed per the mode.
     shutting_down: ShutdownMode | None = None
+    #: A COD application runs on this slot (the startd's r_suspended_for_cod): the batch
+    #: claim's job stays Claimed/Suspended and the policy is not evaluated for it.
+    suspended_for_cod: bool = False
     #: The time of the last `step`, to reject time going backwards.
     last_step: float | None = None
     #: A dynamic slot that went back to its partitionable slot.
@@ -279,6 +282,19 @@ class BackfillExited:
     """The backfill client exited (Busy -> Idle, 27; Killing -> Idle, 29)."""
 
 
+@dataclass(frozen=True)
+class SuspendForCod:
+    """A COD application started running on the slot (the startd's suspendForCOD): a running
+    batch job is suspended (Claimed/Busy or Retiring -> Suspended) and stays so, whatever
+    SUSPEND, CONTINUE or PREEMPT say, until `ResumeForCod`."""
+
+
+@dataclass(frozen=True)
+class ResumeForCod:
+    """No COD application runs on the slot any more (the startd's resumeForCOD): the batch
+    job suspended for COD resumes (Claimed/Suspended -> Busy)."""
+
+
 Event = (
     Match
     | ClaimRequest
@@ -295,6 +311,8 @@ Event = (
     | BenchmarksDone
     | BackfillStarted
     | BackfillExited
+    | SuspendForCod
+    | ResumeForCod
 )
 
 

@@ -47,11 +47,13 @@ from kondor_core.policy.model import (
     Match,
     PreemptingClaimWithdrawn,
     ReleaseClaim,
+    ResumeForCod,
     Shutdown,
     ShutdownMode,
     SlotKind,
     SlotState,
     State,
+    SuspendForCod,
     Transition,
     Vacate,
 )
@@ -68,6 +70,9 @@ _ENGINE_ATTRS = frozenset(
     )
 )
 _MAX_CHANGES = 32
+#: The reasons of the suspension for COD and of its end (the startd's own log lines).
+_COD_RUNNING = "a COD job is now running"
+_COD_ENDED = "no COD job active"
 
 
 def step(  # noqa: PLR0917 - the engine's documented positional signature
@@ -198,6 +203,8 @@ def _takes_matches(slot: SlotState, stepper: _Stepper) -> bool:
         return False
     if slot.pending_claim is not None or slot.shutting_down is not None:
         return False
+    if slot.suspended_for_cod:
+        return False  # Resource::suspendForCOD makes the slot unavailable (COD_REQ)
     return slot.state is not State.CLAIMED or stepper.may_unretire()
 
 
@@ -842,8 +849,37 @@ class _Stepper:
                 self.change(State.BACKFILL, Activity.BUSY, "backfill client started", 26)
         elif isinstance(event, BackfillExited):
             self.on_backfill_exit()
+        elif isinstance(event, SuspendForCod):
+            self.on_suspend_for_cod()
+        elif isinstance(event, ResumeForCod):
+            self.on_resume_for_cod()
         else:  # pragma: no cover - the Event union is closed
             raise EngineError(f"{s.name}: unknown event {event!r}")
+
+    def on_suspend_for_cod(self) -> None:
+        """Resource::suspendForCOD: a running batch job is suspended ("Suspending because a
+        COD job is now running"); a preempting, suspended, idle or absent one is left as it
+        is, the slot only marked (it takes no match meanwhile)."""
+        s = self.s
+        if s.suspended_for_cod:
+            return
+        self.replace(suspended_for_cod=True)
+        if s.state is State.CLAIMED and s.activity in (Activity.BUSY, Activity.RETIRING):
+            number = 20 if s.activity is Activity.RETIRING else 14
+            self.change(State.CLAIMED, Activity.SUSPENDED, _COD_RUNNING, number)
+
+    def on_resume_for_cod(self) -> None:
+        """Resource::resumeForCOD: a batch job suspended meanwhile resumes ("Resuming because
+        no COD job active"), into Retiring if its claim is being retired."""
+        s = self.s
+        if not s.suspended_for_cod:
+            return
+        self.replace(suspended_for_cod=False)
+        if s.state is State.CLAIMED and s.activity is Activity.SUSPENDED:
+            if self.in_retirement():
+                self.change(State.CLAIMED, Activity.RETIRING, _COD_ENDED, 16)
+            else:
+                self.change(State.CLAIMED, Activity.BUSY, _COD_ENDED, 15)
 
     def on_match(self, event: Match) -> None:
         s = self.s
@@ -1200,8 +1236,8 @@ class _Stepper:
 
     def wants_benchmarks(self) -> bool:
         text = self.policy.knob("RUNBENCHMARKS")
-        if text is None:
-            return False
+        if text is None or self.s.suspended_for_cod:
+            return False  # "if there's a COD job, we definitely don't want to run benchmarks"
         if self.s.last_benchmark == 0 and text.strip().lower() not in ("false", "0"):
             # "If RUNBENCHMARKS is defined and set to something other than FALSE, the startd
             # will automatically run one set of benchmarks when it first starts up."
@@ -1230,6 +1266,16 @@ class _Stepper:
             self.preempt("claim lease expired", fast=True)
             return
         activity = s.activity
+        if s.suspended_for_cod:
+            # ResState::eval_policy: "so long as there's an active COD job, we want to leave
+            # the opportunistic claim" suspended: no SUSPEND, CONTINUE, PREEMPT or retirement.
+            # A job activated on the claim meanwhile is suspended at once, as the agent
+            # freezes it.
+            if activity in (Activity.BUSY, Activity.RETIRING):
+                number = 20 if activity is Activity.RETIRING else 14
+                self.change(State.CLAIMED, Activity.SUSPENDED, _COD_RUNNING, number)
+            if self.s.activity is Activity.SUSPENDED:
+                return
         if self.in_retirement() and self.retirement_expired():
             if self.knob_is_true("PREEMPT", claim):
                 self.replace_claim(preempt_was_true=True)

@@ -34,6 +34,7 @@ import classad2
 
 from kondor_core.classads import ExpressionError, evaluate, parse_ad, parse_expr
 from kondor_core.errors import KondorError
+from kondor_core.policy.model import Event, ResumeForCod, SlotState, SuspendForCod
 
 #: The knob naming the users who may create and use COD claims.
 VALID_COD_USERS = "VALID_COD_USERS"
@@ -246,6 +247,20 @@ def batch_suspended(claims: Iterable[Claim], slot: str) -> bool:
     return any(
         claim.slot == slot and claim.state in (State.RUNNING, *_SHUTTING) for claim in claims
     )
+
+
+def engine_events(slots: Iterable[SlotState], suspended: Iterable[str]) -> dict[str, list[Event]]:
+    """The policy engine's events that bring each slot's suspension for COD in line with
+    `suspended`, the slots where a COD application runs now (`batch_suspended`): SuspendForCod
+    where one started (the startd's interactionLogicCODRunning), ResumeForCod where none is
+    left (interactionLogicCODStopped). Slots already in line get none."""
+    wanted = set(suspended)
+    out: dict[str, list[Event]] = {}
+    for slot in slots:
+        if slot.deleted or (slot.name in wanted) == slot.suspended_for_cod:
+            continue
+        out[slot.name] = [SuspendForCod() if slot.name in wanted else ResumeForCod()]
+    return out
 
 
 # ---- what the user asks, as commands -----------------------------------------------------

@@ -1,15 +1,16 @@
 """COD claims in `kondor simulate --timeline`: condor_cod's commands from a scenario's `cod`
 steps, carried out by the same functions the agent uses (`kondor_core.startd.cod`), with
 the simulated node answering as a cooperative one: an application asked to exit (KillSig or
-SIGKILL) is gone at the next tick. Each change of a claim's state is a row, with what the
-slot's batch claim is doing then (its job running, or suspended by a running COD job)."""
+SIGKILL) is gone at the next tick. Each change of a claim's state is a row, with the slot's
+batch claim as the node's tick leaves it (`settle`): its job's State/Activity, Claimed/Suspended
+"by COD" while a COD application runs (the engine's SuspendForCod, `cod.engine_events`)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from kondor_core.policy.model import State as SlotStateName
+from kondor_core.policy.model import Activity, Event
 from kondor_core.policy.scenario import CodStep
 from kondor_core.startd import cod
 from kondor_core.startd.node import Startd, published_ads
@@ -33,14 +34,13 @@ class CodTimeline:
     #: Applications told to exit, and when: gone at the next tick.
     exiting: dict[str, float] = field(default_factory=dict)
     sequence: int = 0
-    #: The node and the time of the command or tick being carried out.
-    _node: Startd | None = None
+    #: The time of the command or tick being carried out.
     _now: float = 0.0
 
     def apply(self, item: CodStep, node: Startd, now: float) -> None:
         """One condor_cod command; a refused one is a row saying why (as condor_cod prints
         its error), the claim unchanged."""
-        self._node, self._now = node, now
+        self._now = now
         if item.verb == "request":
             self._request(item, node, now)
             return
@@ -77,7 +77,7 @@ class CodTimeline:
 
     def tick(self, node: Startd, now: float) -> None:
         """The applications told to exit are gone; leases that ran out release claims."""
-        self._node, self._now = node, now
+        self._now = now
         for name in sorted(n for n, told in self.exiting.items() if told < now):
             del self.exiting[name]
             claim = self.claims.get(name)
@@ -90,6 +90,16 @@ class CodTimeline:
     def suspended_slots(self) -> set[str]:
         claims = list(self.claims.values())
         return {c.slot for c in claims if cod.batch_suspended(claims, c.slot)}
+
+    def events(self, node: Startd) -> dict[str, list[Event]]:
+        """The engine's SuspendForCod/ResumeForCod for the node's next tick."""
+        return cod.engine_events(node.state.slots, self.suspended_slots())
+
+    def settle(self, node: Startd) -> None:
+        """After the node's tick: the rows of this tick show the batch claim as it is now."""
+        for row in self.rows:
+            if row["batch"] is None:
+                row["batch"] = self._batch(node, row["slot"])
 
     def _request(self, item: CodStep, node: Startd, now: float) -> None:
         refusal = cod.refuse_user(node.policy.macros, item.user)
@@ -147,8 +157,7 @@ class CodTimeline:
         user: str | None = None,
     ) -> None:
         before, state = change
-        now, node = self._now, self._node
-        assert node is not None
+        now = self._now
         slot = claim.slot if claim is not None else ""
         self.rows.append(
             {
@@ -159,19 +168,20 @@ class CodTimeline:
                 "user": user or (claim.owner if claim is not None else ""),
                 "from": before,
                 "state": state,
-                "batch": self._batch(node, slot),
+                "batch": None,  # filled by `settle` after the node's tick
                 "reason": reason,
             }
         )
 
-    def _batch(self, node: Startd, slot: str) -> str:
-        """The slot's batch claim as the row shows it: its job suspended by COD, running, or
-        none."""
+    @staticmethod
+    def _batch(node: Startd, slot: str) -> str:
+        """The slot's batch claim as the row shows it: its job and the slot's State/Activity
+        ("by COD" when suspended for a COD application), or none."""
         for state in node.state.slots:
             if state.name != slot or state.claim is None:
                 continue
-            if state.state is not SlotStateName.CLAIMED:
-                break
-            job = state.claim.job_id
-            return f"{job} suspended by COD" if slot in self.suspended_slots() else f"{job} runs"
+            shown = f"{state.claim.job_id} {state.state}/{state.activity}"
+            if state.suspended_for_cod and state.activity is Activity.SUSPENDED:
+                shown += " by COD"
+            return shown
         return "none"

@@ -3,6 +3,7 @@ with the COD claim's states and the batch claim's beside them."""
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -19,26 +20,58 @@ def test_the_cod_timeline_shows_both_claims_states() -> None:
     rows = replay(load_scenario_file(SCENARIO)).as_dict()["cod"]
     seen = [(r["time"], r["claim"], r["from"], r["state"], r["batch"]) for r in rows]
     assert seen == [
-        (30, "fractgen", "-", "Idle", "batch runs"),
+        (30, "fractgen", "-", "Idle", "batch Claimed/Busy"),
         (35, "bobs", "-", "Refused", "none"),
-        (60, "fractgen", "Idle", "Running", "batch suspended by COD"),
-        (120, "fractgen", "Running", "Suspended", "batch runs"),
-        (180, "fractgen", "Suspended", "Running", "batch suspended by COD"),
-        (240, "fractgen", "Running", "Vacating", "batch suspended by COD"),
-        (245, "fractgen", "Vacating", "Idle", "batch runs"),  # KillSig taken at the next tick
-        (300, "leased", "-", "Idle", "batch runs"),
-        (360, "leased", "Idle", "Released", "batch runs"),  # a 60 s lease never renewed
+        (60, "fractgen", "Idle", "Running", "batch Claimed/Suspended by COD"),
+        (120, "fractgen", "Running", "Suspended", "batch Claimed/Busy"),
+        (180, "fractgen", "Suspended", "Running", "batch Claimed/Suspended by COD"),
+        (240, "fractgen", "Running", "Vacating", "batch Claimed/Suspended by COD"),
+        (245, "fractgen", "Vacating", "Idle", "batch Claimed/Busy"),  # KillSig taken next tick
+        (300, "leased", "-", "Idle", "batch Claimed/Busy"),
+        (360, "leased", "Idle", "Released", "batch Claimed/Busy"),  # a 60 s lease never renewed
         (450, "fractgen", "Idle", "Released", "none"),
     ]
     assert "user 'bob' is not authorized" in rows[1]["reason"]
     assert {r["id"] for r in rows if r["claim"] == "fractgen"} == {"COD1"}
 
 
+def test_the_batch_claim_is_suspended_for_cod_by_the_engine() -> None:
+    """The slot's own transitions: Claimed/Suspended while FractGen runs (the startd's
+    suspendForCOD), Busy when it is suspended and once it has exited after deactivate, and
+    the batch job's suspended time counted (60-120 and 180-245: 125 s)."""
+    result = replay(load_scenario_file(SCENARIO))
+    moves = [
+        (t.time, f"{t.from_state}/{t.from_activity}", f"{t.state}/{t.activity}", t.reason)
+        for t in result.transitions
+        if 5 < t.time < 400
+    ]
+    assert moves == [
+        (60, "Claimed/Busy", "Claimed/Suspended", "a COD job is now running"),
+        (120, "Claimed/Suspended", "Claimed/Busy", "no COD job active"),
+        (180, "Claimed/Busy", "Claimed/Suspended", "a COD job is now running"),
+        (245, "Claimed/Suspended", "Claimed/Busy", "no COD job active"),
+    ]
+    kinds = [(when, a.kind.value) for when, a in result.actions if 5 < when < 400]
+    assert kinds == [
+        (60, "suspend-job"),
+        (120, "continue-job"),
+        (180, "suspend-job"),
+        (245, "continue-job"),
+    ]
+    scenario = load_scenario_file(SCENARIO)
+    short = dataclasses.replace(scenario, until=395)
+    slot = replay(short).machine.slots[0]
+    assert slot.claim is not None and slot.claim.suspended_total == 125
+
+
 def test_the_table_lists_the_cod_claims(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["simulate", "--timeline", str(SCENARIO)]) == 0
     out = capsys.readouterr().out
     assert "COD claims:" in out
-    assert "fractgen  COD1  slot1@desk  alice  Idle       Running    batch suspended by COD" in out
+    assert (
+        "fractgen  COD1  slot1@desk  alice  Idle       Running    batch Claimed/Suspended by COD"
+        in out
+    )
 
 
 def test_a_refused_cod_command_is_a_row_saying_why() -> None:
