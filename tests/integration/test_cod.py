@@ -134,6 +134,11 @@ def process_states(group: int) -> set[str]:
     return states
 
 
+def slot_status(cluster: Cluster, name: str) -> dict[str, Any]:
+    """The slot as the ExecutionPoint's status shows it."""
+    return next(s for s in cluster.slots() if s["name"] == name)
+
+
 def moving(path: Path, seconds: float = 0.6) -> bool:
     before = count(path)
     time.sleep(seconds)
@@ -200,6 +205,15 @@ def test_alice_s_cod_application_freezes_bob_s_job_and_gives_the_slot_back(
     eventually(
         lambda: cluster.job("bobjob")["status"]["jobStatus"] == "Suspended", 10, "bob Suspended"
     )
+    # The batch claim is Claimed/Suspended while the COD job runs (the startd's
+    # suspendForCOD), and takes no match.
+    suspended = eventually(
+        lambda: (s := slot_status(cluster, slot))["activity"] == "Suspended" and s,
+        10,
+        "bob's slot Claimed/Suspended",
+    )
+    assert suspended["state"] == "Claimed"
+    assert suspended["ad"]["Requirements"] is False
     code, table = kondor(cluster, "status", "-cod", user="bob")
     assert code == 0, table
     assert re.search(rf"{re.escape(slot)}\s+COD1\s+Running\s+\S+\s+alice\s+1\.0\s+FractGen", table)
@@ -228,6 +242,13 @@ def test_alice_s_cod_application_freezes_bob_s_job_and_gives_the_slot_back(
     assert claim(cluster, name)["status"]["exitCode"] == 0
     assert process_states(app_pid) == set()
     eventually(lambda: moving(bob_count, 0.3), 5, "bob's job counting again")
+    busy = eventually(
+        lambda: (s := slot_status(cluster, slot))["activity"] == "Busy" and s,
+        10,
+        "bob's slot Claimed/Busy again",
+    )
+    assert busy["state"] == "Claimed"
+    assert busy["ad"]["TotalJobSuspendTime"] >= 1  # the time frozen for COD counts
     (bob_dir / "scratch" / "GO").touch()
     done = eventually(
         lambda: (j := cluster.job("bobjob"))["status"]["jobStatus"] == "Completed" and j,
