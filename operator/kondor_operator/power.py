@@ -30,7 +30,7 @@ from pydantic import ValidationError
 
 from kondor_core.api import EXECUTION_POINTS, GROUP, VERSION
 from kondor_core.api.executionpoint import PowerStatus
-from kondor_core.startd.power import node_annotations
+from kondor_core.startd.power import ORIGINAL_ANNOTATION, node_annotations
 
 logger = logging.getLogger(__name__)
 
@@ -100,19 +100,34 @@ class NodeMarker:
     def forget(self, node: str) -> None:
         self._known.pop(node, None)
 
+    def _read(self, node: str) -> dict[str, str] | None:
+        read = self.nodes.read_node_annotations(node)
+        if read is None:
+            self._known.pop(node, None)
+            return None
+        self._known[node] = read
+        return read
+
     def follow(self, node: str, power: PowerStatus | None) -> dict[str, str | None] | None:
         """Write what the node should carry for `power`; the patch written, if any."""
         if not self.leading:
             return None
         known = self._known.get(node)
+        fresh = known is None
         if known is None:
             # Read once even without power management: a node marked before this operator
             # started (or before the policy turned it off) gets its annotations back.
-            read = self.nodes.read_node_annotations(node)
-            if read is None:
+            known = self._read(node)
+            if known is None:
                 return None
-            known = self._known[node] = read
         patch = node_annotations(power, known)
+        if patch is not None and patch.get(ORIGINAL_ANNOTATION) and not fresh:
+            # Taking scale-down-disabled over records the node's own value: read it as it is
+            # now (an admin may have set it since the node was read), not as remembered.
+            known = self._read(node)
+            if known is None:
+                return None
+            patch = node_annotations(power, known)
         if patch is None:
             return None
         self.nodes.patch_node_annotations(node, patch)

@@ -93,3 +93,46 @@ def test_idle_nodes_are_marked_and_a_job_only_one_can_run_unmarks_it(cluster: Cl
 
     cluster.kubectl("delete", "executionjob", "wake", "-n", "default")
     eventually(lambda: marked(cluster, "power-a"), 30, "power-a marked again once idle")
+
+
+ORIGINAL = "kondor.io/scale-down-disabled-original"
+KONDORS = (SLEEP, SCALE_DOWN_DISABLED, ORIGINAL)
+
+
+def sleep_column(cluster: Cluster, node: str) -> str:
+    """The Sleep column of `kubectl get xp NODE` ("" when empty): read at the header's offset,
+    as kubectl aligns its columns."""
+    header, row = cluster.kubectl("get", "xp", node).splitlines()[:2]
+    cells = row[header.index("SLEEP") :].split()
+    return cells[0] if cells and not row[header.index("SLEEP")].isspace() else ""
+
+
+def test_turning_power_management_off_gives_the_nodes_back(cluster: Cluster) -> None:
+    eventually(lambda: all(marked(cluster, node) for node in NODES), 30, "every node marked")
+    assert sleep_column(cluster, "power-b") == "RAM"
+
+    # The interval back to 0: status.power goes, and so do Kondor's annotations (there was no
+    # scale-down-disabled before Kondor took it).
+    off = POLICY.replace("HIBERNATE_CHECK_INTERVAL = 1", "HIBERNATE_CHECK_INTERVAL = 0")
+    cluster.apply(slot_policy("power", {"kondor.io/pool": "cpu"}, off))
+
+    def given_back(node: str, admins: dict[str, str]) -> bool:
+        found = annotations_of(cluster, node)
+        return {key: found[key] for key in KONDORS if key in found} == admins
+
+    eventually(lambda: all(given_back(node, {}) for node in NODES), 30, "both nodes given back")
+    assert "power" not in cluster.get("executionpoints", "power-b", None)["status"]
+    assert sleep_column(cluster, "power-b") == ""
+
+    # The admin's own scale-down-disabled, recorded when power management is on again, comes
+    # back when no SlotPolicy selects the node any more (its ExecutionPoint is deleted).
+    cluster.kubectl("annotate", "node", "power-b", f"{SCALE_DOWN_DISABLED}=true")
+    cluster.apply(slot_policy("power", {"kondor.io/pool": "cpu"}, POLICY))
+    eventually(lambda: all(marked(cluster, node) for node in NODES), 30, "marked again")
+    assert annotations_of(cluster, "power-b")[ORIGINAL] == '"true"'
+    cluster.kubectl("delete", "slotpolicy", "power")
+    eventually(
+        lambda: given_back("power-a", {}) and given_back("power-b", {SCALE_DOWN_DISABLED: "true"}),
+        30,
+        "the admin's scale-down-disabled back on power-b, nothing of Kondor's on either",
+    )

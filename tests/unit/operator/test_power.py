@@ -104,6 +104,20 @@ def test_a_restarted_operator_gives_back_a_node_an_earlier_one_marked() -> None:
     assert nodes.annotations["n"] == {"owner": "ops", SCALE_DOWN_DISABLED: "true"}
 
 
+def test_the_record_takes_the_value_an_admin_set_after_the_first_read() -> None:
+    nodes = FakeNodes()
+    marker = NodeMarker(nodes)
+    marker.follow("n", None)  # power management off: read, nothing written
+    nodes.annotations["n"][SCALE_DOWN_DISABLED] = "true"  # kubectl annotate, meanwhile
+    marker.follow("n", ASLEEP)
+    assert nodes.annotations["n"][ORIGINAL_ANNOTATION] == '"true"'
+    assert nodes.reads == 2  # read again only to take the annotation over
+    marker.follow("n", AWAKE)
+    marker.follow("n", None)
+    assert nodes.reads == 2
+    assert nodes.annotations["n"] == {"owner": "ops", SCALE_DOWN_DISABLED: "true"}
+
+
 def test_a_new_leader_reads_the_node_again() -> None:
     nodes = FakeNodes()
     marker = NodeMarker(nodes)
