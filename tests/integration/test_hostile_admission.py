@@ -171,6 +171,11 @@ WEBHOOK_POLICIES = [
     ),
     pytest.param({"condorConfig": _doubling(40)}, 0, id="condorConfig doubling macro"),
     pytest.param({"condorConfig": _chain(200)}, 0, id="condorConfig macro chain"),
+    pytest.param(
+        {"condorConfig": "HIBERNATE_CHECK_INTERVAL = soon\n"}, 0, id="check interval 'soon'"
+    ),
+    pytest.param({"condorConfig": "HIBERNATE_CHECK_INTERVAL = -20\n"}, 0, id="check interval -20"),
+    pytest.param({"hibernate": 'ifThenElse(State == "Unclaimed", "RAM"'}, 0, id="HIBERNATE parse"),
 ]
 
 
