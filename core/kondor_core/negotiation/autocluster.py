@@ -135,7 +135,7 @@ class IndexedMatchmaker:
         if policy.consider != consider_preemption:
             policy = dataclasses.replace(policy, consider=consider_preemption and policy.consider)
         self.policy = policy
-        self.ads = negotiator_view(offers)
+        self.ads = negotiator_view(offers, policy)
         self.consider_preemption = policy.consider
         self._taken: set[int] = set()
         self._consumed: set[int] = set()

@@ -149,7 +149,8 @@ def negotiate(
 class Matchmaker:
     """The slots of one cycle, matched one job at a time: what a match takes of a
     partitionable slot is taken off this cycle's copy of its ad, and a static slot (or a
-    preempted claim) takes one job. The offers given are not modified."""
+    preempted claim) takes one job. The offers given are not modified, but for the
+    ephemeral RemoteUserPrio and RemoteUserResourcesInUse of a Claimed slot (negotiator_view)."""
 
     def __init__(
         self,
@@ -162,7 +163,7 @@ class Matchmaker:
         if policy.consider != consider_preemption:
             policy = dataclasses.replace(policy, consider=consider_preemption and policy.consider)
         self.policy = policy
-        self.ads = negotiator_view(offers)
+        self.ads = negotiator_view(offers, policy)
         self.consider_preemption = policy.consider
         self._consumed: set[int] = set()
         self._taken: set[int] = set()

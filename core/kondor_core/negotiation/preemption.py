@@ -21,8 +21,8 @@ the claim of the worst user priority, then the job that has run least).
 
 As the negotiator does before a cycle, a Claimed slot ad has RemoteUserPrio (the effective
 priority of its remote user: AccountingGroup, else RemoteUser) and RemoteUserResourcesInUse
-from the accountant, for PREEMPTION_REQUIREMENTS and PREEMPTION_RANK (they are given to
-those evaluations, not copied into the ad: a cycle over a full pool would copy every ad);
+from the accountant, set in the ad for the cycle (negotiator_view), so PREEMPTION_REQUIREMENTS,
+PREEMPTION_RANK, the slot's START and RANK and the job's Requirements and Rank read them;
 a preempting claim already waiting (PreemptingRank) becomes the CurrentRank to beat. The job
 is given SubmitterUserPrio and SubmitterUserResourcesInUse.
 
@@ -55,6 +55,8 @@ Reason = Literal["Rank", "UserPriority"]
 REASON_ORDER: Mapping[Reason | None, int] = {None: 2, "Rank": 1, "UserPriority": 0}
 #: Resources pslot preemption adds up (custom resources are ignored, as HTCondor does).
 PSLOT_RESOURCES = ("Cpus", "Memory", "Disk")
+#: The negotiator's ephemeral attributes of a Claimed slot's remote user.
+REMOTE_ATTRIBUTES = ("RemoteUserPrio", "RemoteUserResourcesInUse")
 
 
 @lru_cache(maxsize=64)
@@ -153,19 +155,32 @@ def preemption_rank(policy: PreemptionPolicy, slot: Any, job: Any) -> float:
     return number(evaluate(policy, policy.rank_tree, slot, job)) or 0.0
 
 
-def negotiator_view(offers: Sequence[Any]) -> list[Any]:
-    """The offers as the negotiator evaluates them: a Claimed slot with a preempting claim
-    waiting has its PreemptingRank as its CurrentRank (a copy of its ad; the other ads are
-    the same objects)."""
+def negotiator_view(offers: Sequence[Any], policy: PreemptionPolicy | None = None) -> list[Any]:
+    """The offers as the negotiator evaluates them. As the condor_negotiator's
+    addRemoteUserPrios does to the slot ads of a cycle, a Claimed slot whose remote user the
+    accountant knows is given the ephemeral RemoteUserPrio and RemoteUserResourcesInUse
+    ("Negotiation ... ephemeral attributes"), so START, RANK and the job's Requirements and
+    Rank read them as PREEMPTION_REQUIREMENTS does; they are set in the ad itself (the offers
+    are the cycle's own, and a copy of each Claimed ad would cost more than the cycle's
+    matching), and taken out of one whose remote user is not known. A Claimed slot with a
+    preempting claim waiting has its PreemptingRank as its CurrentRank (a copy of its ad)."""
     out: list[Any] = []
     for ad in offers:
-        if "PreemptingRank" not in ad or ad.get("State") != "Claimed":
+        if ad.get("State") != "Claimed":
             out.append(ad)
             continue
-        seen = copy.copy(ad)
-        preempting = number(seen.get("PreemptingRank"))
-        if preempting is not None:
-            seen["CurrentRank"] = preempting
+        seen = ad
+        if "PreemptingRank" in ad:
+            seen = copy.copy(ad)
+            preempting = number(seen.get("PreemptingRank"))
+            if preempting is not None:
+                seen["CurrentRank"] = preempting
+        remote = remote_attributes(policy, seen) if policy is not None else {}
+        for key in REMOTE_ATTRIBUTES:
+            if key in remote:
+                seen[key] = remote[key]
+            elif key in seen:
+                del seen[key]
         out.append(seen)
     return out
 

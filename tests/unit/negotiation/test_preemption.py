@@ -15,7 +15,7 @@ from kondor_core.jobs import job_ad
 from kondor_core.negotiation import IdleJob, negotiate, slot_offer
 from kondor_core.negotiation.autocluster import IndexedMatchmaker
 from kondor_core.negotiation.fairshare import negotiate_fair
-from kondor_core.negotiation.preemption import PreemptionPolicy, remote_user
+from kondor_core.negotiation.preemption import PreemptionPolicy, negotiator_view, remote_user
 from kondor_core.policy import ActivateClaim, Match
 
 from .test_negotiator import node, offers
@@ -300,3 +300,48 @@ def test_the_index_preempts_dynamic_slots_as_the_plain_matchmaker_does() -> None
         ("wide", "slot1@n", 3, "UserPriority"),  # carol's two, then bob's newer
     ]
     assert isinstance(got[-1], str)
+
+
+def test_the_negotiator_gives_claimed_slots_their_remote_user_s_priority() -> None:
+    # "Negotiation": RemoteUserPrio and RemoteUserResourcesInUse are ephemeral attributes,
+    # the negotiator's, of "the user currently using the resource" (condor_negotiator's
+    # addRemoteUserPrios sets them in the cycle's slot ads); the startd does not publish them.
+    ads = offers(claimed("", [("bob", 0), ("nice-user.carol", 0), ("erin", 0)], free=1), 100)
+    assert not any("RemoteUserPrio" in ad for ad in ads)
+    usage = {"bob": 3.0, "nice-user.carol": 1.0}
+    seen = negotiator_view(ads, PreemptionPolicy.of(PoolSpec(), PRIORITIES, usage))
+    prios = [(ad.get("RemoteUserPrio"), ad.get("RemoteUserResourcesInUse")) for ad in seen]
+    # erin is not known to the accountant (nor is an Unclaimed slot's user): undefined.
+    assert prios == [(5000.0, 3.0), (0.5e10, 1.0), (None, None), (None, None)]
+    # A user the accountant no longer knows: taken out again, not left from a cycle before.
+    again = negotiator_view(ads, PreemptionPolicy.of(PoolSpec(), {"alice": 500.0}))
+    assert not any("RemoteUserPrio" in ad for ad in again)
+
+
+def test_a_slot_s_rank_reads_its_remote_user_s_priority() -> None:
+    # RANK preemption of a claim whose user's priority is poor, with no
+    # PREEMPTION_REQUIREMENTS: CurrentRank was 0 when the startd took bob's job (the startd
+    # has no RemoteUserPrio); the negotiator's RANK for alice's job is 1.
+    rank = "RANK = ifThenElse(RemoteUserPrio > 1000, 1, 0)"
+    ads = offers(claimed(rank, [("bob", 0)]), now=100)
+    assert ads[0]["CurrentRank"] == 0.0
+    cycle = negotiate([idle("a", "alice")], ads, preemption=policy())
+    assert [(m.slot, m.reason) for m in cycle.matches] == [("slot1@n", "Rank")]
+    # dave's priority (50000) is poor too, but alice's (500) is not: no preemption of alice.
+    ads = offers(claimed(rank, [("alice", 0)]), now=100)
+    cycle = negotiate([idle("d", "dave")], ads, preemption=policy())
+    assert cycle.matches == ()
+    why = "slot1@n is Claimed by alice, whose priority 500 is not worse than dave's 50000"
+    assert cycle.rejections["d"] == why
+
+
+@pytest.mark.parametrize("small_pool", [64, 0])
+def test_a_job_s_requirements_read_the_slot_s_remote_user_priority(small_pool: int) -> None:
+    # Only a claim of a user better than 10000 may be taken: bob's (5000), not dave's
+    # (50000), though PREEMPTION_RANK (the worst user first) would have taken dave's.
+    ads = offers(claimed("", [("bob", 0), ("dave", 0)]), now=100)
+    wants = idle("a", "alice", requirements="TARGET.RemoteUserPrio < 10000")
+    matcher = IndexedMatchmaker(ads, small_pool=small_pool, preemption=policy(**PREEMPTIVE))
+    matched = matcher.match(wants)
+    assert not isinstance(matched, str)
+    assert (matched.slot, matched.reason) == ("slot1@n", "UserPriority")
