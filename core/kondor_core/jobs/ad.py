@@ -36,7 +36,8 @@ def job_ad(
     it, then those attributes. A deferred or crontab job also has DeferralTime (the given
     `deferral_time`, the schedd's, else the spec's deferralTime), DeferralWindow,
     DeferralPrepTime, its Cron* fields as strings and, for a crontab job, OnExitRemove
-    FALSE ("Time Scheduling for Job Execution").
+    FALSE ("Time Scheduling for Job Execution"). A nice-user job (NiceUser TRUE) that sets no
+    MaxJobRetirementTime has 0, as condor_submit gives a nice_user job.
 
     Raises `kondor_core.classads.ExpressionError` naming the field of an unparsable expression.
     """
@@ -80,7 +81,26 @@ def job_ad(
     values.update(_schedule(spec, deferral_time))
     for attribute, text in spec.attributes.items():
         values[attribute] = parse_expr(text, field=f"attributes.{attribute}")
-    return classad2.ClassAd(values)
+    ad = classad2.ClassAd(values)
+    if "MaxJobRetirementTime" not in values and _nice(ad):
+        ad["MaxJobRetirementTime"] = NICE_USER_RETIREMENT_TIME
+    return ad
+
+
+#: condor_submit's max_job_retirement_time of a nice_user job when it gives none
+#: (MAXJOBRETIREMENTTIME: "nice_user jobs are submitted with a default retirement time of 0,
+#: so they will never wait in retirement unless the user overrides the default").
+NICE_USER_RETIREMENT_TIME = 0
+
+
+def _nice(ad: Any) -> bool:
+    """NiceUser TRUE in the job ad (condor_submit's nice_user, given as an extra attribute),
+    as the negotiator reads it (a non-zero integer is TRUE too)."""
+    if "NiceUser" not in ad:
+        return False
+    value = ad.eval("NiceUser")
+    plain = isinstance(value, int) and not isinstance(value, bool | classad2.Value)
+    return value is True or (plain and value != 0)
 
 
 def _schedule(spec: ExecutionJobSpec, deferral_time: int | None) -> dict[str, Any]:

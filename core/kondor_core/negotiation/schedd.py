@@ -26,6 +26,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+import classad2
+
 from kondor_core.api import (
     EXECUTION_POINT_LABEL,
     ExecutionJob,
@@ -572,7 +574,9 @@ def is_nice(ad: Any) -> bool:
     """A nice-user job: NiceUser TRUE in its ad (condor_submit's nice_user; an ExecutionJob
     sets it with `attributes: {NiceUser: "true"}`)."""
     value = ad.get("NiceUser")
-    return value is True or (isinstance(value, int) and not isinstance(value, bool) and value != 0)
+    # classad2's Undefined and Error are IntEnum members: not a number that is TRUE.
+    plain = isinstance(value, int) and not isinstance(value, bool | classad2.Value)
+    return value is True or (plain and value != 0)
 
 
 def _reason_kind(reason: str) -> str:

@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import classad2
 import pytest
 import yaml
 
@@ -24,6 +25,7 @@ from kondor_core.negotiation.schedd import (
     EXECUTION_POINT_LABEL,
     JobChange,
     follow,
+    is_nice,
     label_patch,
     plan_cycle,
     status_patch,
@@ -588,3 +590,21 @@ def test_a_slot_ad_that_does_not_parse_is_reported_not_offered() -> None:
     plan = plan_cycle([idle("j", 1)], [ep], NOW, SETTINGS)
     assert plan.problems and "node-a/slot1@node-a" in plan.problems[0]
     assert plan.changes[0].execution_point is None
+
+
+@pytest.mark.parametrize(
+    ("text", "nice"),
+    [
+        ("true", True),
+        ("1", True),
+        ("false", False),
+        ("0", False),
+        ("Undefined", False),
+        ("Error", False),
+        ("SomethingElse", False),
+    ],
+)
+def test_a_nice_user_job_is_one_whose_nice_user_is_true(text: str, nice: bool) -> None:
+    # classad2 gives Undefined and Error as IntEnum members: neither is a nice-user job.
+    assert is_nice(classad2.ClassAd({"NiceUser": classad2.ExprTree(text)})) is nice
+    assert is_nice(classad2.ClassAd({})) is False
