@@ -927,6 +927,19 @@ def check_targets(results: Mapping[str, Any]) -> list[str]:
 
 
 def plot(bench: Bench, path: Path) -> str | None:
+    series = {system: phase.figures["series"] for system, phase in bench.phases.items()}
+    title = (
+        f"{bench.jobs} jobs of {DURATION} from {bench.users} users on {len(bench.machines)} "
+        f"kwok nodes ({bench.slots} slots)"
+    )
+    return plot_series(series, min(bench.slots, bench.jobs), title, path)
+
+
+def plot_series(
+    series: Mapping[str, Sequence[Sequence[float]]], most: int, title: str, path: Path
+) -> str | None:
+    """Running jobs over time, one step line per system, beside the most that can run
+    (the slots, or the jobs when there are fewer); why not, when matplotlib is missing."""
     try:
         import matplotlib  # noqa: PLC0415 - optional: `pip install kondor[bench]`
 
@@ -935,23 +948,33 @@ def plot(bench: Bench, path: Path) -> str | None:
     except ImportError:
         return "matplotlib is not installed (pip install -e '.[bench]'): no plot"
     figure, axes = plt.subplots(figsize=(9, 4.5))
-    for system, phase in bench.phases.items():
-        series = phase.figures["series"]
-        times = [0.0] + [when for when, _ in series]
-        counts = [0] + [count for _, count in series]
-        axes.step(times, counts, where="post", label=TITLES[system])
-    axes.axhline(bench.slots, color="grey", linestyle=":", label=f"{bench.slots} slots")
+    for system, points in series.items():
+        times = [0.0] + [float(point[0]) for point in points]
+        counts = [0.0] + [float(point[1]) for point in points]
+        axes.step(times, counts, where="post", label=TITLES.get(system, system))
+    axes.axhline(most, color="grey", linestyle=":", label=f"{most} at most")
     axes.set_xlabel("seconds since the first submission")
     axes.set_ylabel("jobs running")
-    axes.set_title(
-        f"{bench.jobs} jobs of {DURATION} from {bench.users} users on {len(bench.machines)} "
-        f"kwok nodes"
-    )
+    axes.set_title(title)
     axes.legend()
     figure.tight_layout()
     figure.savefig(path, dpi=110)
     plt.close(figure)
     return None
+
+
+def replot(data_path: Path) -> int:
+    """Draw the PNG again from a JSON this benchmark wrote (beside it)."""
+    data = json.loads(data_path.read_text())
+    series = {system: figures["series"] for system, figures in data["results"].items()}
+    shape = data.get("shape") or {}
+    most = int(shape.get("most") or max(n for points in series.values() for _, n in points))
+    why = plot_series(series, most, str(shape.get("title") or ""), data_path.with_suffix(".png"))
+    if why:
+        print(why)
+        return 1
+    print(f"wrote {data_path.with_suffix('.png')}")
+    return 0
 
 
 def report(bench: Bench, args: argparse.Namespace, took: float, load: str) -> int:
@@ -999,6 +1022,11 @@ def report(bench: Bench, args: argparse.Namespace, took: float, load: str) -> in
             | {"series": _thin(figures["series"])}
             for system, figures in results.items()
         },
+        "shape": {
+            "most": min(bench.slots, bench.jobs),
+            "title": f"{bench.jobs} jobs of {DURATION} from {bench.users} users on "
+            f"{len(bench.machines)} kwok nodes ({bench.slots} slots)",
+        },
         "targets": TARGETS,
         "missed": missed,
         "notes": notes,
@@ -1041,7 +1069,12 @@ def main() -> int:
         "(default 300; what is left is deleted and the figures are those of what started)",
     )
     parser.add_argument("--out", type=Path, default=HERE / "results")
+    parser.add_argument(
+        "--replot", type=Path, metavar="JSON", help="draw the PNG of an earlier run again"
+    )
     args = parser.parse_args()
+    if args.replot is not None:
+        return replot(args.replot)
     args.systems = [s.strip() for s in args.systems.split(",") if s.strip()]
     unknown = [s for s in args.systems if s not in SYSTEMS]
     if unknown:
