@@ -3,7 +3,8 @@ whose agent runs real processes, a Pool whose PREEMPTION_REQUIREMENTS is the man
 better priority" policy, and alice's priority factor ten times bob's.
 
 carol's nice-user job waits while alice's jobs want the slots, then runs; bob's first job
-preempts it (PREEMPTION_RANK's default takes the worst priority first), his second one of
+preempts it (PREEMPTION_RANK's default takes the worst priority first; the slots' 600 s of
+retirement do not hold it, as a nice-user job takes none unless it says so), his second one of
 alice's jobs; the preempted jobs are Idle again, to run later; with
 NEGOTIATOR_CONSIDER_PREEMPTION false, bob's next job waits."""
 
@@ -32,6 +33,11 @@ pytestmark = pytest.mark.timeout(300)
 NODE = "kwok-preempt-0"
 SLOTS = 4
 STATIC = f"SLOT_TYPE_1 = cpus=1\nNUM_SLOTS_TYPE_1 = {SLOTS}\nSLOT_TYPE_1_PARTITIONABLE = FALSE\n"
+#: The slots offer ten minutes of retirement; a job may take less, never more. alice's long
+#: jobs take none (max_job_retirement_time = 0), nor does carol's nice-user job, which gives
+#: none: condor_submit's default for nice_user is 0. A claim with retirement left is never
+#: preempted (NEGOTIATOR_CONSIDER_EARLY_PREEMPTION is false).
+STATIC += "MAXJOBRETIREMENTTIME = 600\n"
 #: "When preemption is enabled, a reasonable policy states that the user must have a 20%
 #: better priority in order for preemption to succeed."
 PREEMPTION_REQUIREMENTS = "RemoteUserPrio > SubmitterUserPrio * 1.2"
@@ -112,7 +118,7 @@ def started(status: dict[str, Any]) -> float:
 
 def test_nice_job_runs_last_is_preempted_first_then_alice_s_for_bob(pool: FairCluster) -> None:
     quick = [process_job(f"quick-{i}", "sleep 4", hold=True, priority=5) for i in range(2)]
-    long = [process_job(f"long-{i}", LONG, hold=True) for i in range(3)]
+    long = [process_job(f"long-{i}", LONG, hold=True, maxJobRetirementTime="0") for i in range(3)]
     pool.kubectl.apply({"apiVersion": "v1", "kind": "List", "items": quick + long}, user="alice")
     nice = process_job("nice", LONG, hold=True, attributes={"NiceUser": "true"})
     pool.kubectl.apply(nice, user="carol")
@@ -134,7 +140,8 @@ def test_nice_job_runs_last_is_preempted_first_then_alice_s_for_bob(pool: FairCl
     assert started(settled["nice"]) >= max(started(settled[f"long-{i}"]) for i in range(3))
 
     # bob's priority is ten times better than alice's, and better still than carol's
-    # nice-user one: his job preempts the nice-user job first (PREEMPTION_RANK).
+    # nice-user one: his job preempts the nice-user job first (PREEMPTION_RANK), which has
+    # no retirement time though the slot offers 600 s (nice_user's default of 0).
     pool.kubectl.apply(process_job("bob-0", LONG), user="bob")
     after = eventually(
         lambda: (s := job_statuses(pool)) and "bob-0" in running(s) and s, 60, "bob-0 running"
