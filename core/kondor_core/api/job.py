@@ -86,6 +86,11 @@ class ExecutionJobSpec(Model):
     attributes: dict[str, ClassAdExpr] = Field(
         default_factory=dict, description="Extra job ClassAd attributes (name -> expression)"
     )
+    nice_user: bool = Field(
+        default=False,
+        description="nice_user (NiceUser): the job runs only on what nobody else wants, is "
+        "preempted first, and is accounted as nice-user.<owner>",
+    )
     kill_sig: str = Field(default="SIGTERM", description="KillSig: the soft-kill signal")
     max_job_retirement_time: ClassAdExpr | None = Field(
         default=None, description="MaxJobRetirementTime (seconds, an expression)"

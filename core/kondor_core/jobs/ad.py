@@ -36,8 +36,9 @@ def job_ad(
     it, then those attributes. A deferred or crontab job also has DeferralTime (the given
     `deferral_time`, the schedd's, else the spec's deferralTime), DeferralWindow,
     DeferralPrepTime, its Cron* fields as strings and, for a crontab job, OnExitRemove
-    FALSE ("Time Scheduling for Job Execution"). A nice-user job (NiceUser TRUE) that sets no
-    MaxJobRetirementTime has 0, as condor_submit gives a nice_user job.
+    FALSE ("Time Scheduling for Job Execution"). A nice-user job (`niceUser: true`, or NiceUser
+    TRUE among the attributes) that sets no MaxJobRetirementTime has 0, as condor_submit gives a
+    nice_user job.
 
     Raises `kondor_core.classads.ExpressionError` naming the field of an unparsable expression.
     """
@@ -57,6 +58,8 @@ def job_ad(
         "KillSig": spec.kill_sig,
         "ProcId": 0,
     }
+    if spec.nice_user:
+        values["NiceUser"] = True
     if cluster_id is not None:
         values["ClusterId"] = cluster_id
     if qdate is not None:
@@ -94,7 +97,8 @@ NICE_USER_RETIREMENT_TIME = 0
 
 
 def _nice(ad: Any) -> bool:
-    """NiceUser TRUE in the job ad (condor_submit's nice_user, given as an extra attribute),
+    """NiceUser TRUE in the job ad (condor_submit's nice_user: the spec's niceUser or an extra
+    attribute),
     as the negotiator reads it (a non-zero integer is TRUE too)."""
     if "NiceUser" not in ad:
         return False

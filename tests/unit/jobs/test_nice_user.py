@@ -27,6 +27,8 @@ def ad(**spec: Any) -> Any:
     ("spec", "retirement"),
     [
         # nice_user = true, no max_job_retirement_time: 0.
+        ({"niceUser": True}, 0),
+        ({"niceUser": True, "maxJobRetirementTime": "600"}, 600),
         ({"attributes": {"NiceUser": "true"}}, 0),
         ({"attributes": {"NiceUser": "1"}}, 0),
         # "unless the user overrides the default": the job's own, as a field or attribute.
@@ -63,3 +65,15 @@ def test_a_nice_user_job_never_waits_in_retirement_on_a_slot_that_offers_it() ->
     assert (nice["State"], other["State"]) == ("Claimed", "Claimed")
     assert nice.eval("RetirementTimeRemaining") == 0
     assert other.eval("RetirementTimeRemaining") == 3500
+
+
+def test_the_spec_s_nice_user_is_the_job_s_nice_user_attribute() -> None:
+    assert ad(niceUser=True).eval("NiceUser") is True
+    assert "NiceUser" not in ad()
+    # condor_submit's +NiceUser after nice_user: the extra attribute has the last word.
+    assert ad(niceUser=True, attributes={"NiceUser": "false"}).eval("NiceUser") is False
+
+
+def test_a_nice_user_that_is_not_a_boolean_is_refused_naming_the_field() -> None:
+    with pytest.raises(ValueError, match="niceUser"):
+        ExecutionJobSpec.model_validate({"owner": "carol", "niceUser": "sometimes"})
