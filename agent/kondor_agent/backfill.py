@@ -94,7 +94,8 @@ class BackfillRunner:
         #: slot -> (namespace, name) of its backfill pod.
         self._pods: dict[str, tuple[str, str]] = {}
         self._events: dict[str, list[Event]] = {}
-        self.directory.mkdir(parents=True, exist_ok=True)
+        # The directory is made by the first backfill process: a node without backfill keeps
+        # its execute directory to its jobs.
         self._kill_leftovers()
         if pods is not None and node:
             with contextlib.suppress(Exception):  # best effort: the next agent tries again

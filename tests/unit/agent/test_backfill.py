@@ -176,3 +176,10 @@ def test_a_pod_that_ends_is_told_and_a_pod_without_an_api_goes_back_to_idle(
 def test_a_backfill_is_a_process_or_a_pod(fields: dict[str, Any], message: str) -> None:
     with pytest.raises(ValueError, match=message):
         BackfillSpec.model_validate(fields)
+
+
+def test_a_node_that_never_backfills_gets_no_backfill_directory(tmp_path: Path) -> None:
+    # The execute directory holds the jobs' directories only (a restarted agent adopts them).
+    runner = BackfillRunner(tmp_path / "backfill")
+    runner.kill_all()
+    assert not (tmp_path / "backfill").exists()
