@@ -22,23 +22,20 @@ earlier one held Released, and the earlier applications die with the launcher's 
 
 from __future__ import annotations
 
-import copy
 import logging
 import signal
-import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
-from kubernetes.client.exceptions import ApiException
 from pydantic import ValidationError
 
 from kondor_agent.execute.launcher import JobHandle, LaunchError, ProcessLauncher
-from kondor_agent.kube import KubernetesAPI, NotFoundError, WriteError, informer
+from kondor_agent.kube import KubernetesAPI, NotFoundError, WatchedNodeObjects
 from kondor_core import startd
-from kondor_core.api import COD_CLAIMS, GROUP, MERGE_PATCH, VERSION, CodClaim, CodClaimStatus
+from kondor_core.api import COD_CLAIMS, CodClaim, CodClaimStatus
 from kondor_core.api.job import ProcessRuntime
-from kondor_core.api.meta import EXECUTION_POINT_LABEL, format_time, model_patch
+from kondor_core.api.meta import format_time, model_patch
 from kondor_core.startd import cod
 
 log = logging.getLogger("kondor_agent.cod")
@@ -394,7 +391,7 @@ class CodRunner:
         return True
 
 
-class WatchedCodClaims:
+class WatchedCodClaims(WatchedNodeObjects):
     """The CodClaims of one node (labelled `kondor.io/execution-point=<node>` at admission),
     in every namespace, kept by a watch; `on_change` is called on every change."""
 
@@ -406,68 +403,10 @@ class WatchedCodClaims:
         *,
         timeout_seconds: int = 300,
     ) -> None:
-        self.api = api
-        self.node = node
-        self.on_change = on_change
-        self.timeout_seconds = timeout_seconds
-        self._claims: dict[str, dict[str, Any]] = {}
-        self.synced = False
-        self._lock = threading.Lock()
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name=f"watch-cod-{node}", daemon=True)
-
-    def start(self) -> None:
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._stop.set()
+        super().__init__(api, node, COD_CLAIMS, on_change, timeout_seconds=timeout_seconds)
 
     def claims(self) -> list[dict[str, Any]]:
-        with self._lock:
-            return [copy.deepcopy(claim) for claim in self._claims.values()]
+        return self.objects()
 
     def patch_claim_status(self, namespace: str, name: str, patch: Mapping[str, Any]) -> None:
-        try:
-            self.api.objects.patch_namespaced_custom_object_status(
-                GROUP, VERSION, namespace, COD_CLAIMS, name, dict(patch), _content_type=MERGE_PATCH
-            )
-        except ApiException as error:
-            if error.status == 404:
-                raise NotFoundError(f"codclaim {namespace}/{name} does not exist") from None
-            raise WriteError(f"{error.status} {error.reason}: {error.body}") from None
-
-    def _run(self) -> None:
-        def key(found: Mapping[str, Any]) -> str:
-            meta = found.get("metadata") or {}
-            return str(meta.get("uid") or f"{meta.get('namespace')}/{meta.get('name')}")
-
-        def listed(items: list[Mapping[str, Any]]) -> None:
-            with self._lock:
-                self._claims = {key(item): dict(item) for item in items}
-            self.synced = True
-            self._changed()
-
-        def changed(kind: str, found: Mapping[str, Any]) -> None:
-            with self._lock:
-                if kind == "DELETED":
-                    self._claims.pop(key(found), None)
-                else:
-                    self._claims[key(found)] = dict(found)
-            self._changed()
-
-        informer(
-            lambda **kw: self.api.objects.list_cluster_custom_object(
-                GROUP, VERSION, COD_CLAIMS, **kw
-            ),
-            {"label_selector": f"{EXECUTION_POINT_LABEL}={self.node}"},
-            listed=listed,
-            changed=changed,
-            lost=lambda: None,
-            stop=self._stop,
-            what=f"codclaims of {self.node}",
-            timeout_seconds=self.timeout_seconds,
-        )
-
-    def _changed(self) -> None:
-        if self.on_change is not None:
-            self.on_change()
+        self.patch_status(namespace, name, patch)

@@ -187,10 +187,98 @@ class WatchedExecutionPoint:
         )
 
 
-class WatchedJobs:
-    """The ExecutionJobs matched to one node (labelled `kondor.io/execution-point=<node>`), in
+class WatchedNodeObjects:
+    """The objects of one kind (`plural`) labelled `kondor.io/execution-point=<node>`, in
     every namespace, kept by a watch: the agent reads them every cycle without a request.
     `on_change` is called (from the watch thread) on every change of one of them."""
+
+    def __init__(
+        self,
+        api: KubernetesAPI,
+        node: str,
+        plural: str,
+        on_change: Callable[[], None] | None = None,
+        *,
+        timeout_seconds: int = 300,
+    ) -> None:
+        self.api = api
+        self.node = node
+        self.plural = plural
+        self.on_change = on_change
+        self.timeout_seconds = timeout_seconds
+        self._objects: dict[str, dict[str, Any]] = {}
+        #: The watch has listed the objects once.
+        self.synced = False
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(
+            target=self._run, name=f"watch-{plural}-{node}", daemon=True
+        )
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def objects(self) -> list[dict[str, Any]]:
+        """The node's objects as last seen, as plain JSON."""
+        with self._lock:
+            return [copy.deepcopy(found) for found in self._objects.values()]
+
+    def patch_status(self, namespace: str, name: str, patch: Mapping[str, Any]) -> None:
+        """Merge-patch an object's status subresource; raise NotFoundError or WriteError."""
+        try:
+            self.api.objects.patch_namespaced_custom_object_status(
+                GROUP,
+                VERSION,
+                namespace,
+                self.plural,
+                name,
+                dict(patch),
+                _content_type=MERGE_PATCH,
+            )
+        except ApiException as error:
+            kind = self.plural.removesuffix("s")
+            if error.status == 404:
+                raise NotFoundError(f"{kind} {namespace}/{name} does not exist") from None
+            raise WriteError(f"{error.status} {error.reason}: {error.body}") from None
+
+    def _run(self) -> None:
+        def listed(items: list[Mapping[str, Any]]) -> None:
+            with self._lock:
+                self._objects = {_uid(item): dict(item) for item in items}
+            self.synced = True
+            self._changed()
+
+        def changed(kind: str, found: Mapping[str, Any]) -> None:
+            with self._lock:
+                if kind == "DELETED":
+                    self._objects.pop(_uid(found), None)
+                else:
+                    self._objects[_uid(found)] = dict(found)
+            self._changed()
+
+        informer(
+            lambda **kw: self.api.objects.list_cluster_custom_object(
+                GROUP, VERSION, self.plural, **kw
+            ),
+            {"label_selector": f"{EXECUTION_POINT_LABEL}={self.node}"},
+            listed=listed,
+            changed=changed,
+            lost=lambda: None,
+            stop=self._stop,
+            what=f"{self.plural} of {self.node}",
+            timeout_seconds=self.timeout_seconds,
+        )
+
+    def _changed(self) -> None:
+        if self.on_change is not None:
+            self.on_change()
+
+
+class WatchedJobs(WatchedNodeObjects):
+    """The ExecutionJobs matched to one node."""
 
     def __init__(
         self,
@@ -200,76 +288,13 @@ class WatchedJobs:
         *,
         timeout_seconds: int = 300,
     ) -> None:
-        self.api = api
-        self.node = node
-        self.on_change = on_change
-        self.timeout_seconds = timeout_seconds
-        self._jobs: dict[str, dict[str, Any]] = {}
-        #: The watch has listed the jobs once.
-        self.synced = False
-        self._lock = threading.Lock()
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name=f"watch-jobs-{node}", daemon=True)
-
-    def start(self) -> None:
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._stop.set()
+        super().__init__(api, node, EXECUTION_JOBS, on_change, timeout_seconds=timeout_seconds)
 
     def jobs(self) -> list[dict[str, Any]]:
-        """The node's jobs as last seen, as plain JSON."""
-        with self._lock:
-            return [copy.deepcopy(job) for job in self._jobs.values()]
+        return self.objects()
 
     def patch_job_status(self, namespace: str, name: str, patch: Mapping[str, Any]) -> None:
-        """Merge-patch a job's status subresource; raise NotFoundError or WriteError."""
-        try:
-            self.api.objects.patch_namespaced_custom_object_status(
-                GROUP,
-                VERSION,
-                namespace,
-                EXECUTION_JOBS,
-                name,
-                dict(patch),
-                _content_type=MERGE_PATCH,
-            )
-        except ApiException as error:
-            if error.status == 404:
-                raise NotFoundError(f"executionjob {namespace}/{name} does not exist") from None
-            raise WriteError(f"{error.status} {error.reason}: {error.body}") from None
-
-    def _run(self) -> None:
-        def listed(items: list[Mapping[str, Any]]) -> None:
-            with self._lock:
-                self._jobs = {_uid(item): dict(item) for item in items}
-            self.synced = True
-            self._changed()
-
-        def changed(kind: str, found: Mapping[str, Any]) -> None:
-            with self._lock:
-                if kind == "DELETED":
-                    self._jobs.pop(_uid(found), None)
-                else:
-                    self._jobs[_uid(found)] = dict(found)
-            self._changed()
-
-        informer(
-            lambda **kw: self.api.objects.list_cluster_custom_object(
-                GROUP, VERSION, EXECUTION_JOBS, **kw
-            ),
-            {"label_selector": f"{EXECUTION_POINT_LABEL}={self.node}"},
-            listed=listed,
-            changed=changed,
-            lost=lambda: None,
-            stop=self._stop,
-            what=f"executionjobs of {self.node}",
-            timeout_seconds=self.timeout_seconds,
-        )
-
-    def _changed(self) -> None:
-        if self.on_change is not None:
-            self.on_change()
+        self.patch_status(namespace, name, patch)
 
 
 def _uid(found: Mapping[str, Any]) -> str:
