@@ -13,7 +13,6 @@ import json
 import threading
 import time
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -22,11 +21,19 @@ import yaml
 from kondor_core.api import parse_time
 
 from .conftest import skip_reason
-from .test_jobs_end_to_end import Cluster, eventually, job_cluster, process_job, slot_policy
+from .test_jobs_end_to_end import (
+    Cluster,
+    eventually,
+    job_cluster,
+    kwok_machines,
+    process_job,
+    slot_policy,
+)
 
 pytestmark = pytest.mark.timeout(180)  # four agents to start on a shared machine
 
 NODES = [f"defrag-{i}" for i in range(4)]
+LABELS = {"kondor.io/pool": "cpu"}
 INTERVAL = 3  # DEFRAG_INTERVAL, seconds
 PER_HOUR = 1200  # one drain per 3 s poll
 MAX_DRAINING = 1
@@ -39,33 +46,16 @@ MachineMaxVacateTime = 1
 """
 
 
-def machine_files(tmp: Path) -> list[Path]:
-    paths = []
-    for name in NODES:
-        path = tmp / f"{name}.yaml"
-        path.write_text(
-            json.dumps(
-                {
-                    "name": name,
-                    "cpus": 4,
-                    "memory": "8Gi",
-                    "disk": 104857600,
-                    "labels": {"kondor.io/pool": "cpu"},
-                }
-            )
-        )
-        paths.append(path)
-    return paths
-
-
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     reason = skip_reason()
     if reason:
         pytest.skip(reason)
     tmp = tmp_path_factory.mktemp("defrag")
-    policy = slot_policy("defrag", {"kondor.io/pool": "cpu"}, POLICY)
-    with job_cluster(tmp, machine_files(tmp), [policy]) as made:
+    policy = slot_policy("defrag", LABELS, POLICY)
+    with job_cluster(
+        tmp, kwok_machines(tmp, NODES, cpus=4, memory="8Gi", labels=LABELS), [policy]
+    ) as made:
         yield made
         # The fragmenting jobs sleep for minutes and would outlive their agents (as jobs
         # outlive an agent's restart): removed, their processes killed, before the stop.

@@ -79,22 +79,19 @@ class FairCluster:
         )
 
 
-@pytest.fixture(scope="module")
-def fair(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FairCluster]:
-    reason = skip_reason()
-    if reason:
-        pytest.skip(reason)
-    tmp = tmp_path_factory.mktemp("fair")
-    machine = tmp / "kwok-fair.yaml"
+@contextlib.contextmanager
+def fair_cluster(
+    tmp: Path, *, node: str, slots: int, memory: str, condor_config: str, pool: dict[str, Any]
+) -> Iterator[FairCluster]:
+    """One kwok node `node` of `slots` cores with its agent, the SlotPolicy `condor_config`
+    selecting it, Pool `default` with spec `pool`, and the operator, once every slot is
+    Unclaimed. On exit every user's jobs are removed (their processes killed: jobs outlive
+    their agents by design) before the cluster stops."""
+    label = {"kondor.io/pool": node}
+    machine = tmp / f"{node}.yaml"
     machine.write_text(
         yaml.safe_dump(
-            {
-                "name": NODE,
-                "cpus": SLOTS,
-                "memory": "16Gi",
-                "disk": 104857600,
-                "labels": {"kondor.io/pool": "fair"},
-            }
+            {"name": node, "cpus": slots, "memory": memory, "disk": 104857600, "labels": label}
         )
     )
     spec = ClusterSpec(
@@ -109,26 +106,24 @@ def fair(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FairCluster]:
     dev.start()
     made = FairCluster(dev, Cluster(spec.kubeconfig), tmp)
     try:
-        made.kubectl.apply(slot_policy("fair", {"kondor.io/pool": "fair"}, STATIC))
+        made.kubectl.apply(slot_policy(node, label, condor_config))
         made.kubectl.apply(
             {
                 "apiVersion": "kondor.io/v1alpha1",
                 "kind": "Pool",
                 "metadata": {"name": "default"},
-                "spec": {"negotiatorInterval": 2},
+                "spec": pool,
             }
         )
         made.start_operator()
 
         def unclaimed() -> bool:
-            slots = made.kubectl.get("executionpoints", NODE, None)["status"]["slots"]
-            return len(slots) == SLOTS and all(s["state"] == "Unclaimed" for s in slots)
+            found = made.kubectl.get("executionpoints", node, None)["status"]["slots"]
+            return len(found) == slots and all(s["state"] == "Unclaimed" for s in found)
 
-        eventually(unclaimed, 90, f"{SLOTS} Unclaimed slots on {NODE}")
+        eventually(unclaimed, 90, f"{slots} Unclaimed slots on {node}")
         yield made
     finally:
-        # tyner's job sleeps five minutes: every job removed (its process killed) before the
-        # cluster stops, so none outlives the module (jobs outlive their agents by design).
         with contextlib.suppress(Exception):
             for user in ("alice", "bob", "carol"):
                 with contextlib.suppress(AssertionError):  # none left: condor_rm exits 1
@@ -142,6 +137,23 @@ def fair(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FairCluster]:
         with contextlib.suppress(Exception):
             made.stop_operator()
         dev.stop()
+
+
+@pytest.fixture(scope="module")
+def fair(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FairCluster]:
+    reason = skip_reason()
+    if reason:
+        pytest.skip(reason)
+    tmp = tmp_path_factory.mktemp("fair")
+    with fair_cluster(
+        tmp,
+        node=NODE,
+        slots=SLOTS,
+        memory="16Gi",
+        condor_config=STATIC,
+        pool={"negotiatorInterval": 2},
+    ) as made:
+        yield made
 
 
 def submit_held(cluster: FairCluster, user: str, count: int) -> list[str]:

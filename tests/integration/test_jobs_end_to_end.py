@@ -11,7 +11,7 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -101,6 +101,19 @@ def slot_policy(name: str, labels: dict[str, str], condor_config: str = "") -> d
         "metadata": {"name": name},
         "spec": spec,
     }
+
+
+def kwok_machines(
+    tmp: Path, names: Iterable[str], *, cpus: int, memory: str, labels: dict[str, str]
+) -> list[Path]:
+    """One machine file per name under `tmp`: a kwok node of `cpus` cores and `memory`."""
+    paths = []
+    for name in names:
+        path = tmp / f"{name}.yaml"
+        machine = {"name": name, "cpus": cpus, "memory": memory, "disk": 104857600}
+        path.write_text(yaml.safe_dump({**machine, "labels": labels}))
+        paths.append(path)
+    return paths
 
 
 @contextlib.contextmanager

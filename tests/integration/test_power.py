@@ -6,15 +6,21 @@ there, the slot vetoes, and that node (only) loses the mark."""
 from __future__ import annotations
 
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
-import yaml
 
 from .conftest import skip_reason
-from .test_jobs_end_to_end import Cluster, eventually, job_cluster, process_job, slot_policy
+from .test_jobs_end_to_end import (
+    Cluster,
+    eventually,
+    job_cluster,
+    kwok_machines,
+    process_job,
+    slot_policy,
+)
 
 NODES = ("power-a", "power-b")
+LABELS = {"kondor.io/pool": "cpu"}
 SLEEP = "kondor.io/sleep-state"
 SCALE_DOWN_DISABLED = "cluster-autoscaler.kubernetes.io/scale-down-disabled"
 pytestmark = pytest.mark.timeout(180)
@@ -25,33 +31,16 @@ HIBERNATE = ifThenElse(State == "Unclaimed", "RAM", "NONE")
 """
 
 
-def machine_files(tmp: Path) -> list[Path]:
-    paths = []
-    for name in NODES:
-        path = tmp / f"{name}.yaml"
-        path.write_text(
-            yaml.safe_dump(
-                {
-                    "name": name,
-                    "cpus": 2,
-                    "memory": "4Gi",
-                    "disk": 104857600,
-                    "labels": {"kondor.io/pool": "cpu"},
-                }
-            )
-        )
-        paths.append(path)
-    return paths
-
-
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     reason = skip_reason()
     if reason:
         pytest.skip(reason)
     tmp = tmp_path_factory.mktemp("power")
-    policy = slot_policy("power", {"kondor.io/pool": "cpu"}, POLICY)
-    with job_cluster(tmp, machine_files(tmp), [policy]) as made:
+    policy = slot_policy("power", LABELS, POLICY)
+    with job_cluster(
+        tmp, kwok_machines(tmp, NODES, cpus=2, memory="4Gi", labels=LABELS), [policy]
+    ) as made:
         yield made
 
 
@@ -127,7 +116,7 @@ def test_turning_power_management_off_gives_the_nodes_back(cluster: Cluster) -> 
     # The admin's own scale-down-disabled, recorded when power management is on again, comes
     # back when no SlotPolicy selects the node any more (its ExecutionPoint is deleted).
     cluster.kubectl("annotate", "node", "power-b", f"{SCALE_DOWN_DISABLED}=true")
-    cluster.apply(slot_policy("power", {"kondor.io/pool": "cpu"}, POLICY))
+    cluster.apply(slot_policy("power", LABELS, POLICY))
     eventually(lambda: all(marked(cluster, node) for node in NODES), 30, "marked again")
     assert annotations_of(cluster, "power-b")[ORIGINAL] == '"true"'
     cluster.kubectl("delete", "slotpolicy", "power")

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import sys
 import time
 from collections import Counter
 from collections.abc import Iterator
@@ -22,11 +21,10 @@ import pytest
 import yaml
 
 from kondor_core.api import parse_time
-from kondor_devcluster.cluster import ClusterSpec, DevCluster, free_port
 
 from .conftest import skip_reason
-from .test_fair_share import FairCluster, job_statuses, release_together
-from .test_jobs_end_to_end import Cluster, eventually, process_job, slot_policy
+from .test_fair_share import FairCluster, fair_cluster, job_statuses, release_together
+from .test_jobs_end_to_end import eventually, process_job, slot_policy
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -49,62 +47,19 @@ def pool(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FairCluster]:
     reason = skip_reason()
     if reason:
         pytest.skip(reason)
-    tmp = tmp_path_factory.mktemp("preempt")
-    machine = tmp / "kwok-preempt.yaml"
-    machine.write_text(
-        yaml.safe_dump(
-            {
-                "name": NODE,
-                "cpus": SLOTS,
-                "memory": "8Gi",
-                "disk": 104857600,
-                "labels": {"kondor.io/pool": "preempt"},
-            }
-        )
-    )
-    spec = ClusterSpec(
-        port=free_port(),
-        kubeconfig=tmp / "kubeconfig",
-        state_dir=tmp / "state",
-        nodes=(machine,),
-        operator=False,
-        agents=True,
-    )
-    dev = DevCluster(spec, log=sys.stderr)
-    dev.start()
-    made = FairCluster(dev, Cluster(spec.kubeconfig), tmp)
-    try:
-        made.kubectl.apply(slot_policy("preempt", {"kondor.io/pool": "preempt"}, STATIC))
-        made.kubectl.apply(
-            {
-                "apiVersion": "kondor.io/v1alpha1",
-                "kind": "Pool",
-                "metadata": {"name": "default"},
-                "spec": {
-                    "negotiatorInterval": 2,
-                    "preemptionRequirements": PREEMPTION_REQUIREMENTS,
-                    "priorityFactors": {"alice": 10000},
-                },
-            }
-        )
-        made.start_operator()
-
-        def unclaimed() -> bool:
-            slots = made.kubectl.get("executionpoints", NODE, None)["status"]["slots"]
-            return len(slots) == SLOTS and all(s["state"] == "Unclaimed" for s in slots)
-
-        eventually(unclaimed, 90, f"{SLOTS} Unclaimed slots on {NODE}")
+    with fair_cluster(
+        tmp_path_factory.mktemp("preempt"),
+        node=NODE,
+        slots=SLOTS,
+        memory="8Gi",
+        condor_config=STATIC,
+        pool={
+            "negotiatorInterval": 2,
+            "preemptionRequirements": PREEMPTION_REQUIREMENTS,
+            "priorityFactors": {"alice": 10000},
+        },
+    ) as made:
         yield made
-    finally:
-        # The jobs run for minutes: removed (their processes killed) before the cluster stops.
-        with contextlib.suppress(Exception):
-            for user in ("alice", "bob", "carol"):
-                with contextlib.suppress(AssertionError):  # none left: condor_rm exits 1
-                    made.kubectl.kubectl("kondor", "rm", "-all", user=user)
-            eventually(lambda: not running(job_statuses(made)), 30, "no job running")
-        with contextlib.suppress(Exception):
-            made.stop_operator()
-        dev.stop()
 
 
 def running(statuses: dict[str, dict[str, Any]]) -> set[str]:

@@ -32,6 +32,7 @@ from typing import Any
 
 import classad2
 
+from kondor_core.api.codclaim import APPLICATION_ATTRIBUTES
 from kondor_core.classads import ExpressionError, evaluate, parse_ad, parse_expr
 from kondor_core.errors import KondorError
 from kondor_core.policy.model import Event, ResumeForCod, SlotState, SuspendForCod
@@ -429,26 +430,7 @@ class Application:
         return f"{self.cluster_id}.{self.proc_id}"
 
 
-_ATTRIBUTE_NAMES = {
-    name.upper(): name
-    for name in (
-        "Cmd",
-        "Args",
-        "Iwd",
-        "In",
-        "Out",
-        "Err",
-        "Env",
-        "KillSig",
-        "JobUniverse",
-        "Owner",
-        "ClusterId",
-        "ProcId",
-        "JarFiles",
-        "StarterUserLog",
-        "StarterUserLogUseXML",
-    )
-}
+_ATTRIBUTE_NAMES = {name.upper(): name for name in APPLICATION_ATTRIBUTES}
 
 
 def keyword_knobs(macros: Mapping[str, str], keyword: str) -> dict[str, str]:
