@@ -6,10 +6,12 @@ What the per-job supervisor does for a process job, one thread does for a pod jo
 
 - PREPARE_JOB gets the job ad on stdin before the Pod exists. HookStatusCode (or the exit
   status) 1-299 holds the job with HookStatusMessage (HoldReasonCode 19), 300 and up returns it
-  to Idle (an eviction), and neither Pod nor ConfigMap is created. Otherwise its attributes
-  update the job ad the pod mounts, and those with a meaning in a container (Cmd, Arguments,
-  Environment, Iwd, ContainerImage) edit the job container; an edit a Pod cannot take (In,
-  Request*, ...) holds the job naming it.
+  to Idle (an eviction), and no Pod is created. Otherwise its attributes update the job ad
+  the pod carries (its `kondor.io/job-ad` annotation, mounted as .job.ad), and those with a
+  meaning in a container (Cmd, Arguments, Environment, Iwd, ContainerImage) edit the job
+  container; an edit a Pod cannot take (In, Request*, ...) holds the job naming it, and an
+  edited ad too large for the Pod's annotations holds it with HoldReasonCode 6 naming the
+  sizes.
 - UPDATE_JOB_INFO runs STARTER_INITIAL_UPDATE_INTERVAL after the Pod is created, then every
   STARTER_UPDATE_INTERVAL while it runs, with JobState, JobPid, NumPids, JobStartDate,
   RemoteSysCpu, RemoteUserCpu and ImageSize (from the pod's cgroup where this host has it,
@@ -50,6 +52,7 @@ from kondor_core.jobs.hooks import (
     job_hooks,
     prepare_outcome,
 )
+from kondor_core.jobs.pod import AdsTooLargeError, with_job_ad
 from kondor_core.jobs.podhooks import STATUS_ATTRIBUTES, PodEditError, apply_pod_edits, pod_edits
 
 log = logging.getLogger("kondor_agent.podhooks")
@@ -104,8 +107,8 @@ def resolve_programs(hooks: JobHooks, hooks_dir: Path | None) -> dict[str, str] 
 class PodSide:
     """What the hooks' thread does to and reads of the job's Pod (the launcher's)."""
 
-    #: Create the ConfigMap and the Pod (the bodies as edited).
-    create: Callable[[dict[str, Any], dict[str, Any]], None]
+    #: Create the Pod (the body as edited).
+    create: Callable[[dict[str, Any]], None]
     #: The Pod's end as the watch saw it, None while it runs.
     outcome: Callable[[], Outcome | None]
     #: The first container's `terminated` state, when the watch saw one.
@@ -124,7 +127,7 @@ class PodHooksRun:
     #: Hook -> the program to run (resolved in the hooks directory).
     programs: Mapping[str, str]
     job_ad_text: str
-    config_map: dict[str, Any]
+    #: The Pod to create, carrying the job's ads (PREPARE_JOB's edits go into it).
     pod: dict[str, Any]
     side: PodSide
     hooks_dir: str
@@ -195,7 +198,7 @@ class PodHooksRun:
         if cancelled:
             return Outcome(end_time=self.clock())  # killed before it started: never created
         try:
-            self.side.create(self.config_map, self.pod)
+            self.side.create(self.pod)
         except Exception as err:
             return Outcome(
                 hold_reason=f"Cannot create the job's pod: {err}",
@@ -228,7 +231,7 @@ class PodHooksRun:
         return run_hook(argv, text, spec, timeout=self.hooks.timeout, name=self.hooks.knob(hook))
 
     def _prepare(self) -> Outcome | None:
-        """Run PREPARE_JOB: None to go on (the ad, ConfigMap and Pod edited), else the
+        """Run PREPARE_JOB: None to go on (the ad and the Pod carrying it edited), else the
         outcome that holds the job or returns it to Idle."""
         knob = self.hooks.knob(PREPARE_JOB)
         run = self._call(PREPARE_JOB, _ad_text(self.job_ad_text, {}))
@@ -259,8 +262,14 @@ class PodHooksRun:
             if key.lower() not in STATUS_ATTRIBUTES:
                 ad[key] = output.lookup(key)
         self.job_ad_text = ad.printOld()
-        self.config_map["data"][".job.ad"] = self.job_ad_text
-        self.pod = apply_pod_edits(self.pod, changed)
+        try:
+            self.pod = with_job_ad(apply_pod_edits(self.pod, changed), self.job_ad_text)
+        except AdsTooLargeError as err:
+            reason = f"Cannot create the job's pod: {knob} edited the job ad and {err}"
+            log.info("pod %s is held: %s", self.pod["metadata"]["name"], reason)
+            return Outcome(
+                hold_reason=reason, hold_reason_code=FAILED_TO_CREATE_PROCESS, end_time=self.clock()
+            )
         log.info("%s changed the job ad of pod %s", knob, self.pod["metadata"]["name"])
         return None
 

@@ -1,6 +1,8 @@
 """The `pod` runtime: a job's Pod, bound to this node, created and followed by the agent.
 
-The Pod and the ConfigMap holding its ads come from `kondor_core.jobs.pod`; the node's job
+The Pod, carrying the job's ads in its annotations, comes from `kondor_core.jobs.pod`: one
+create per job. A job whose ads do not fit in a Pod's annotations (256 KiB) is held at once
+(HoldReasonCode 6) with a reason naming the sizes, and no Pod is created. The node's job
 pods are followed through one watch (pods labelled with the node), so looking for their end
 between polling ticks costs the API server nothing. On the dev cluster's kwok nodes, kwok
 runs the pod to its annotated exit code (a simulation of the kubelet: devcluster/README.md).
@@ -40,16 +42,23 @@ from kondor_agent import podcgroup
 from kondor_agent.execute.jobdir import OUT_OF_MEMORY
 from kondor_agent.jobs import Outcome
 from kondor_agent.kube import KubernetesAPI, informer
-from kondor_agent.podhooks import PodHooksRun, PodSide, pod_job_hooks, resolve_programs
+from kondor_agent.podhooks import (
+    FAILED_TO_CREATE_PROCESS,
+    PodHooksRun,
+    PodSide,
+    pod_job_hooks,
+    resolve_programs,
+)
 from kondor_core.api import EXECUTION_POINT_LABEL, ExecutionJob, JobExecution
 from kondor_core.api.meta import parse_time
 from kondor_core.jobs.hooks import HOOK_PREPARE_JOB_FAILURE
 from kondor_core.jobs.pod import (
     DEDICATED,
     HARVEST_PRIORITY_CLASS,
-    ads_config_map,
+    AdsTooLargeError,
     job_pod,
     pod_mode,
+    pod_name,
 )
 from kondor_core.slots import SlotAd
 
@@ -93,6 +102,8 @@ class PodLauncher:
         self._pods: dict[tuple[str, str], Mapping[str, Any]] = {}
         #: Pods a restarted agent took back: `clear` leaves them running.
         self._adopted: set[tuple[str, str]] = set()
+        #: Jobs whose Pod was never created (their ads did not fit), with their end.
+        self._refused: dict[tuple[str, str], Outcome] = {}
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name=f"watch-pods-{node}", daemon=True)
@@ -116,51 +127,57 @@ class PodLauncher:
         claim_id = job.status.claim_id if job.status and job.status.claim_id else job_id
         namespace = job.metadata.namespace or "default"
         machine_ad = slot.to_classad().printOld()  # the slot's ad is the job's machine ad
-        config_map = ads_config_map(job, claim_id, self.node, job_ad_text, machine_ad)
-        pod = job_pod(
-            job,
-            claim_id,
-            self.node,
-            slot.attributes,
-            mode=self.mode,
-            priority_class=self.priority_class,
-        )
         memory = slot.attributes.get("Memory", 0)
         handle = PodHandle(
             namespace,
-            pod["metadata"]["name"],
+            pod_name(job, claim_id),
             slot.name,
             int(memory) if isinstance(memory, int | float) else 0,
         )
+        try:
+            pod = job_pod(
+                job,
+                claim_id,
+                self.node,
+                slot.attributes,
+                job_ad_text=job_ad_text,
+                machine_ad_text=machine_ad,
+                mode=self.mode,
+                priority_class=self.priority_class,
+            )
+        except AdsTooLargeError as err:
+            log.warning("pod %s/%s for %s not created: %s", namespace, handle.name, job_id, err)
+            with self._lock:
+                self._refused[(namespace, handle.name)] = Outcome(
+                    hold_reason=f"Cannot create the job's pod: {err}",
+                    hold_reason_code=FAILED_TO_CREATE_PROCESS,
+                    end_time=self.clock(),
+                )
+            return handle
         slot_id = slot.attributes.get("SlotID", 1)
         hooks = pod_job_hooks(
             self._macros, int(slot_id) if isinstance(slot_id, int | float) else 1, job_ad_text
         )
         if hooks is None:
-            self._create(namespace, config_map, pod)
+            self._create(namespace, pod)
             log.info("created pod %s/%s for %s", namespace, handle.name, job_id)
             return handle
-        self._launch_hooked(handle, hooks, job_ad_text, config_map, pod)
+        self._launch_hooked(handle, hooks, job_ad_text, pod)
         return handle
 
-    def _create(self, namespace: str, config_map: dict[str, Any], pod: dict[str, Any]) -> None:
-        creates: tuple[tuple[Any, dict[str, Any]], ...] = (
-            (self.core.create_namespaced_config_map, config_map),
-            (self.core.create_namespaced_pod, pod),
-        )
-        for create, body in creates:
-            try:
-                create(namespace, body)
-            except ApiException as error:
-                if error.status != 409:  # already there: a restarted agent re-launching
-                    raise
+    def _create(self, namespace: str, pod: dict[str, Any]) -> None:
+        """The job's one write before its exit: its ads travel in the Pod."""
+        try:
+            self.core.create_namespaced_pod(namespace, pod)  # type: ignore[arg-type]
+        except ApiException as error:
+            if error.status != 409:  # already there: a restarted agent re-launching
+                raise
 
     def _launch_hooked(
         self,
         handle: PodHandle,
         hooks: Any,
         job_ad_text: str,
-        config_map: dict[str, Any],
         pod: dict[str, Any],
     ) -> None:
         """Start the thread that runs the job's hooks around its Pod (`podhooks`); a hook
@@ -168,7 +185,7 @@ class PodLauncher:
         key = (handle.namespace, handle.name)
         programs = resolve_programs(hooks, self.hooks_dir)
         side = PodSide(
-            create=lambda made_map, made_pod: self._create(handle.namespace, made_map, made_pod),
+            create=lambda made: self._create(handle.namespace, made),
             outcome=lambda: self._pod_outcome(handle),
             terminated=lambda: self._terminated(handle),
             attributes=lambda started: self._running_attributes(handle, started),
@@ -178,7 +195,6 @@ class PodLauncher:
             hooks=hooks,
             programs=programs if isinstance(programs, dict) else {},
             job_ad_text=job_ad_text,
-            config_map=config_map,
             pod=pod,
             side=side,
             hooks_dir=str(self.hooks_dir or "/"),
@@ -205,6 +221,11 @@ class PodLauncher:
         with self._lock:
             return self._hooked.get((handle.namespace, handle.name))
 
+    def _refused_outcome(self, handle: PodHandle) -> Outcome | None:
+        """The end of a job whose Pod was never created (`launch` refused its ads)."""
+        with self._lock:
+            return self._refused.get((handle.namespace, handle.name))
+
     def hook_failures(self, handle: PodHandle) -> list[tuple[str, str]]:
         """The failures of the job's UPDATE_JOB_INFO and JOB_EXIT since the last call."""
         run = self._run_of(handle)
@@ -218,6 +239,8 @@ class PodLauncher:
                 run.how = how
 
     def ended(self, handle: PodHandle) -> bool:
+        if self._refused_outcome(handle) is not None:
+            return True
         run = self._run_of(handle)
         if run is not None:
             return run.ended  # once JOB_EXIT has returned
@@ -232,6 +255,9 @@ class PodLauncher:
         )
 
     def poll(self, handle: PodHandle) -> Outcome | None:
+        refused = self._refused_outcome(handle)
+        if refused is not None:
+            return refused
         run = self._run_of(handle)
         if run is not None:
             with run._lock:
@@ -317,6 +343,8 @@ class PodLauncher:
 
     def soft_kill(self, handle: PodHandle, signal: str) -> None:
         """The job's KillSig to the containers' processes; the pod stays until hard kill."""
+        if self._refused_outcome(handle) is not None:
+            return  # no Pod was created
         run = self._run_of(handle)
         if run is not None and not run.killed(_signal_number(signal)):
             return  # no Pod yet: its hooks' thread will not create it
@@ -335,6 +363,8 @@ class PodLauncher:
 
     def hard_kill(self, handle: PodHandle) -> None:
         """Delete the pod at once and kill whatever is left in its cgroup."""
+        if self._refused_outcome(handle) is not None:
+            return  # no Pod was created
         run = self._run_of(handle)
         if run is not None and not run.killed(int(signals.SIGKILL)):
             return  # no Pod yet: its hooks' thread will not create it
@@ -366,6 +396,9 @@ class PodLauncher:
 
     def remove(self, handle: PodHandle) -> None:
         """The pod goes with its ExecutionJob (owner reference); a finished one now."""
+        with self._lock:
+            if self._refused.pop((handle.namespace, handle.name), None) is not None:
+                return  # no Pod was created: nothing to delete
         run = self._run_of(handle)
         if run is not None:
             run.killed(int(signals.SIGKILL))  # a Pod not created yet never is

@@ -11,9 +11,13 @@ follow the SlotPolicy's pod mode (KONDOR_POD_MODE, DESIGN.md):
   the kubelet admits the owner's pods beside it and node-pressure eviction takes it first:
   cycle scavenging on Kubernetes.
 
-Job pods have no probes: the job's exit is its health. The job and machine ads are
-mounted from a ConfigMap at /etc/kondor, where `_CONDOR_JOB_AD` and `_CONDOR_MACHINE_AD`
-point, and `_CONDOR_SLOT` names the slot, as HTCondor's starter sets them.
+Job pods have no probes: the job's exit is its health. The job and machine ads travel in
+the Pod itself, as its annotations `kondor.io/job-ad` and `kondor.io/machine-ad`, and a
+downwardAPI volume mounts them at /etc/kondor/.job.ad and /etc/kondor/.machine.ad, where
+`_CONDOR_JOB_AD` and `_CONDOR_MACHINE_AD` point; `_CONDOR_SLOT` names the slot, as HTCondor's
+starter sets them. One object per job, so one create. The API server refuses a Pod whose
+annotations (keys and values, in bytes) pass 256 KiB, so a job whose ads would not fit is
+refused here (`AdsTooLargeError`, naming the sizes), never truncated.
 """
 
 from __future__ import annotations
@@ -25,10 +29,19 @@ from typing import Any
 
 from kondor_core.api import EXECUTION_POINT_LABEL, ExecutionJob
 
-#: Labels of a job's pod and ConfigMap: the job's name and the claim it runs on.
+#: Labels of a job's pod: the job's name and the claim it runs on.
 JOB_LABEL = "kondor.io/job"
 CLAIM_LABEL = "kondor.io/claim"
 AD_MOUNT = "/etc/kondor"
+#: The pod annotations carrying the ads, and the files the downwardAPI volume makes of them.
+JOB_AD_ANNOTATION = "kondor.io/job-ad"
+MACHINE_AD_ANNOTATION = "kondor.io/machine-ad"
+JOB_AD_FILE = ".job.ad"
+MACHINE_AD_FILE = ".machine.ad"
+ADS_VOLUME = "kondor-ads"
+#: The API server's limit on an object's annotations, keys and values counted in bytes
+#: (apimachinery's TotalAnnotationSizeLimitB: 256 KiB).
+ANNOTATIONS_LIMIT = 256 * 1024
 DEDICATED = "dedicated"
 HARVEST = "harvest"
 #: The PriorityClass of harvest pods (the chart and the dev cluster create it).
@@ -66,16 +79,28 @@ def pod_name(job: ExecutionJob, claim_id: str) -> str:
     return f"{job.metadata.name[:54]}-{digest}"
 
 
-def ads_config_map(
-    job: ExecutionJob, claim_id: str, node: str, job_ad_text: str, machine_ad_text: str
-) -> dict[str, Any]:
-    """The ConfigMap holding `.job.ad` and `.machine.ad` for the job's pod."""
-    return {
-        "apiVersion": "v1",
-        "kind": "ConfigMap",
-        "metadata": _metadata(job, claim_id, node),
-        "data": {".job.ad": job_ad_text, ".machine.ad": machine_ad_text},
-    }
+class AdsTooLargeError(ValueError):
+    """A job whose ads do not fit in its Pod's annotations (`ANNOTATIONS_LIMIT`)."""
+
+    def __init__(self, annotations: Mapping[str, str]) -> None:
+        self.size = annotations_size(annotations)
+        job_ad = _bytes(annotations.get(JOB_AD_ANNOTATION, ""))
+        machine_ad = _bytes(annotations.get(MACHINE_AD_ANNOTATION, ""))
+        ours = (JOB_AD_ANNOTATION, MACHINE_AD_ANNOTATION)
+        others = annotations_size({k: v for k, v in annotations.items() if k not in ours})
+        super().__init__(
+            f"the job ad ({job_ad} bytes) and the machine ad ({machine_ad} bytes) make the "
+            f"pod's annotations {self.size} bytes (the pod template's own: {others} bytes), "
+            f"over Kubernetes' limit of {ANNOTATIONS_LIMIT} bytes (256 KiB) on an object's "
+            "annotations; the job ad grows with the job's environment, arguments and custom "
+            "attributes"
+        )
+
+
+def annotations_size(annotations: Mapping[str, str]) -> int:
+    """The size the API server counts against `ANNOTATIONS_LIMIT`: every key and value,
+    in bytes."""
+    return sum(_bytes(key) + _bytes(value) for key, value in annotations.items())
 
 
 def job_pod(
@@ -84,18 +109,25 @@ def job_pod(
     node: str,
     slot: Mapping[str, Any],
     *,
+    job_ad_text: str,
+    machine_ad_text: str,
     mode: str = DEDICATED,
     priority_class: str = HARVEST_PRIORITY_CLASS,
 ) -> dict[str, Any]:
-    """The Pod for `job` on `node`'s slot whose published ad is `slot`, sized by `mode`."""
+    """The Pod for `job` on `node`'s slot whose published ad is `slot`, sized by `mode`,
+    carrying the job's ads. Raises `AdsTooLargeError` when they do not fit."""
     assert job.spec.pod is not None
     template = copy.deepcopy(job.spec.pod.template)
     spec: dict[str, Any] = dict(template.get("spec") or {})
     metadata = _metadata(job, claim_id, node)
     given = template.get("metadata") or {}
     metadata["labels"] = {**(given.get("labels") or {}), **metadata["labels"]}
-    if given.get("annotations"):
-        metadata["annotations"] = dict(given["annotations"])
+    metadata["annotations"] = {
+        **(given.get("annotations") or {}),
+        JOB_AD_ANNOTATION: job_ad_text,
+        MACHINE_AD_ANNOTATION: machine_ad_text,
+    }
+    _check_size(metadata["annotations"])
     limits = _resources(slot)
     requests = dict(limits)
     if mode == HARVEST:
@@ -103,8 +135,8 @@ def job_pod(
         spec["priorityClassName"] = priority_class
         spec.pop("priority", None)  # the admission plugin sets it from the class
     env = [
-        {"name": "_CONDOR_JOB_AD", "value": f"{AD_MOUNT}/.job.ad"},
-        {"name": "_CONDOR_MACHINE_AD", "value": f"{AD_MOUNT}/.machine.ad"},
+        {"name": "_CONDOR_JOB_AD", "value": f"{AD_MOUNT}/{JOB_AD_FILE}"},
+        {"name": "_CONDOR_MACHINE_AD", "value": f"{AD_MOUNT}/{MACHINE_AD_FILE}"},
         {"name": "_CONDOR_SLOT", "value": str(slot.get("Name", ""))},
     ]
     containers = []
@@ -115,7 +147,7 @@ def job_pod(
         mounts = container.get("volumeMounts") or []
         container["volumeMounts"] = [
             *mounts,
-            {"name": "kondor-ads", "mountPath": AD_MOUNT, "readOnly": True},
+            {"name": ADS_VOLUME, "mountPath": AD_MOUNT, "readOnly": True},
         ]
         containers.append(container)
     spec["containers"] = containers
@@ -123,9 +155,36 @@ def job_pod(
     spec.setdefault("restartPolicy", "Never")
     spec["volumes"] = [
         *(spec.get("volumes") or []),
-        {"name": "kondor-ads", "configMap": {"name": pod_name(job, claim_id)}},
-    ]
+        {"name": ADS_VOLUME, "downwardAPI": {"items": [
+            _ad_item(JOB_AD_FILE, JOB_AD_ANNOTATION),
+            _ad_item(MACHINE_AD_FILE, MACHINE_AD_ANNOTATION),
+        ]}},
+    ]  # fmt: skip
     return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": spec}
+
+
+def with_job_ad(pod: Mapping[str, Any], job_ad_text: str) -> dict[str, Any]:
+    """`pod` carrying `job_ad_text` as its job ad (PREPARE_JOB edited the ad before the Pod
+    is created). Raises `AdsTooLargeError` when it no longer fits."""
+    edited: dict[str, Any] = copy.deepcopy(dict(pod))
+    annotations = edited["metadata"].setdefault("annotations", {})
+    annotations[JOB_AD_ANNOTATION] = job_ad_text
+    _check_size(annotations)
+    return edited
+
+
+def _ad_item(path: str, annotation: str) -> dict[str, Any]:
+    """A downwardAPI file holding one annotation's value as it is (a subscripted fieldRef)."""
+    return {"path": path, "fieldRef": {"fieldPath": f"metadata.annotations['{annotation}']"}}
+
+
+def _check_size(annotations: Mapping[str, str]) -> None:
+    if annotations_size(annotations) > ANNOTATIONS_LIMIT:
+        raise AdsTooLargeError(annotations)
+
+
+def _bytes(text: object) -> int:
+    return len(str(text).encode())
 
 
 def _metadata(job: ExecutionJob, claim_id: str, node: str) -> dict[str, Any]:

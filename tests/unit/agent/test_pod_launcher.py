@@ -228,14 +228,12 @@ HOOKED_JOB = ExecutionJob.model_validate(
 
 
 class FakeCreates:
-    """Records what the launcher creates and deletes."""
+    """Records what the launcher creates and deletes: every write it makes to the API (it
+    has no other write method, so any other write fails the test)."""
 
     def __init__(self) -> None:
         self.created: list[tuple[str, dict[str, Any]]] = []
         self.deleted: list[str] = []
-
-    def create_namespaced_config_map(self, namespace: str, body: dict[str, Any]) -> None:
-        self.created.append(("ConfigMap", body))
 
     def create_namespaced_pod(self, namespace: str, body: dict[str, Any]) -> None:
         self.created.append(("Pod", body))
@@ -299,8 +297,9 @@ def test_prepare_job_edits_the_pod_before_it_is_created_and_job_exit_sees_its_ex
     assert time.monotonic() - began < 0.5
     assert core.created == [] and not pods.ended(handle) and pods.poll(handle) is None
     wait(lambda: core.created)
-    [(kind, config_map), (_, pod)] = core.created
-    assert kind == "ConfigMap" and 'SiteTag = "x"' in config_map["data"][".job.ad"]
+    [(kind, pod)] = core.created  # one create: the Pod carries the edited job ad
+    assert kind == "Pod" and 'SiteTag = "x"' in pod["metadata"]["annotations"]["kondor.io/job-ad"]
+    assert pod["metadata"]["annotations"]["kondor.io/machine-ad"] == SLOT.to_classad().printOld()
     main, helper = pod["spec"]["containers"]
     assert main["args"] == ["-c", "echo edited"]
     assert {"name": "A", "value": "1"} in main["env"]
@@ -357,7 +356,64 @@ def test_a_job_without_hook_keyword_is_created_at_once(tmp_path: Path) -> None:
     pods, core, hooks_dir = hooked(tmp_path, PREPARE_JOB="p")
     hook(hooks_dir, "p", "exit 1\n")
     pods.launch(HOOKED_JOB, "default/hooked", SLOT, "ClusterId = 3\n")
-    assert [kind for kind, _ in core.created] == ["ConfigMap", "Pod"]
+    assert [kind for kind, _ in core.created] == ["Pod"]
+
+
+def test_a_pod_job_costs_one_create_and_its_pod_carries_both_ads(tmp_path: Path) -> None:
+    pods, core, _ = hooked(tmp_path)
+    pods.configure({})  # no hooks: created on the agent's loop
+    handle = pods.launch(HOOKED_JOB, "default/hooked", SLOT, HOOKED_AD)
+    [(kind, pod)] = core.created
+    assert kind == "Pod" and pod["metadata"]["name"] == handle.name
+    annotations = pod["metadata"]["annotations"]
+    assert annotations["kondor.io/job-ad"] == HOOKED_AD
+    assert 'Name = "slot1_1@n0"' in annotations["kondor.io/machine-ad"]
+    end_pod(pods, handle, 0)
+    outcome = pods.poll(handle)
+    assert outcome is not None and outcome.exit_code == 0 and outcome.hold_reason is None
+    pods.remove(handle)
+    # Match to exit, the agent wrote one object for the job (its deletion is the pod's end).
+    assert len(core.created) == 1 and core.deleted == [handle.name]
+
+
+def _huge_ad(size: int) -> str:
+    return HOOKED_AD + 'Environment = "X=' + "x" * size + '"\n'
+
+
+def test_ads_over_the_annotations_limit_hold_the_job_and_nothing_is_created(
+    tmp_path: Path,
+) -> None:
+    pods, core, _ = hooked(tmp_path)
+    pods.configure({})
+    huge = _huge_ad(262144)
+    handle = pods.launch(HOOKED_JOB, "default/hooked", SLOT, huge)
+    assert core.created == []
+    outcome = pods.poll(handle)
+    assert outcome is not None and pods.ended(handle)
+    assert outcome.hold_reason_code == 6
+    reason = outcome.hold_reason or ""
+    assert reason.startswith(f"Cannot create the job's pod: the job ad ({len(huge)} bytes)")
+    assert "over Kubernetes' limit of 262144 bytes (256 KiB)" in reason
+    # There is no Pod: kills and removal write nothing.
+    pods.soft_kill(handle, "SIGTERM")
+    pods.hard_kill(handle)
+    pods.remove(handle)
+    assert core.created == [] and core.deleted == []
+
+
+def test_a_prepare_job_edit_that_outgrows_the_annotations_holds_the_job(
+    tmp_path: Path,
+) -> None:
+    pods, core, hooks_dir = hooked(tmp_path)
+    grow = hook(hooks_dir, "p", f"echo 'Big = \"{'y' * 270000}\"'\n")
+    pods.configure({**pods._macros, "POD_HOOK_PREPARE_JOB": grow})
+    handle = pods.launch(HOOKED_JOB, "default/hooked", SLOT, HOOKED_AD)
+    outcome = wait(lambda: pods.poll(handle))
+    assert core.created == []
+    assert outcome.hold_reason_code == 6
+    assert (outcome.hold_reason or "").startswith(
+        "Cannot create the job's pod: POD_HOOK_PREPARE_JOB edited the job ad and the job ad ("
+    )
 
 
 def test_a_job_killed_while_prepare_job_runs_never_gets_a_pod(tmp_path: Path) -> None:
@@ -402,7 +458,7 @@ def test_job_exit_of_a_pod_the_agent_deleted_says_how_and_the_signal(tmp_path: P
     exit_hook = hook(hooks_dir, "e", 'echo "$1" > "$0.how"\ncat > "$0.ad"\n')
     pods.configure({**pods._macros, "POD_HOOK_JOB_EXIT": exit_hook})
     handle = pods.launch(HOOKED_JOB, "default/hooked", SLOT, HOOKED_AD)
-    wait(lambda: len(core.created) == 2)
+    wait(lambda: len(core.created) == 1)
     pods.note_exit_how(handle, "hold")
     pods.hard_kill(handle)
     wait(lambda: pods.poll(handle))

@@ -4,15 +4,22 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from kondor_core.api import ExecutionJob
 from kondor_core.jobs.pod import (
+    ANNOTATIONS_LIMIT,
     HARVEST,
     HARVEST_PRIORITY_CLASS,
-    ads_config_map,
+    JOB_AD_ANNOTATION,
+    MACHINE_AD_ANNOTATION,
+    AdsTooLargeError,
+    annotations_size,
     harvest_priority_class,
     job_pod,
     pod_mode,
     pod_name,
+    with_job_ad,
 )
 
 
@@ -36,17 +43,31 @@ TEMPLATE = {
     },
 }
 SLOT = {"Name": "slot1_2@node-a", "Cpus": 2, "Memory": 1536, "GPUs": 1}
+JOB_AD = 'ClusterId = 3\nCmd = "/bin/sh"\n'
+MACHINE_AD = 'Name = "slot1_2@node-a"\nCpus = 2\n'
+
+
+def build(made: ExecutionJob, *, job_ad: str = JOB_AD, **options: Any) -> dict[str, Any]:
+    return job_pod(
+        made,
+        "u-1#1",
+        "node-a",
+        SLOT,
+        job_ad_text=job_ad,
+        machine_ad_text=MACHINE_AD,
+        **options,
+    )
 
 
 def test_the_pod_is_bound_owned_and_sized_by_its_slot() -> None:
-    pod = job_pod(job(**TEMPLATE), "u-1#1", "node-a", SLOT)
+    pod = build(job(**TEMPLATE))
     assert pod["spec"]["nodeName"] == "node-a"
     assert pod["spec"]["restartPolicy"] == "Never"
     meta = pod["metadata"]
     assert meta["namespace"] == "ml" and meta["name"] == pod_name(job(**TEMPLATE), "u-1#1")
     assert meta["labels"]["app"] == "train"
     assert meta["labels"]["kondor.io/execution-point"] == "node-a"
-    assert meta["annotations"] == {"kondor.io/sim-exit-code": "3"}
+    assert meta["annotations"]["kondor.io/sim-exit-code"] == "3"
     owner = meta["ownerReferences"][0]
     assert (owner["kind"], owner["name"], owner["uid"], owner["controller"]) == (
         "ExecutionJob",
@@ -57,12 +78,8 @@ def test_the_pod_is_bound_owned_and_sized_by_its_slot() -> None:
     expected = {"cpu": "2", "memory": "1536Mi", "nvidia.com/gpu": "1"}
     for container in pod["spec"]["containers"]:
         assert container["resources"] == {"requests": expected, "limits": expected}
-        names = [e["name"] for e in container["env"]]
-        assert {"_CONDOR_JOB_AD", "_CONDOR_MACHINE_AD", "_CONDOR_SLOT"} <= set(names)
-        assert container["volumeMounts"][-1]["mountPath"] == "/etc/kondor"
     assert pod["spec"]["containers"][0]["env"][0] == {"name": "A", "value": "1"}
     volumes = {v["name"]: v for v in pod["spec"]["volumes"]}
-    assert volumes["kondor-ads"]["configMap"]["name"] == meta["name"]
     assert "data" in volumes
     assert TEMPLATE["spec"]["containers"][0].get("resources") is None  # the spec is not changed
 
@@ -75,14 +92,100 @@ def test_one_pod_per_claim_and_names_kubernetes_accepts() -> None:
     assert first != second and len(first) <= 63
 
 
-def test_the_ads_config_map_holds_both_ads() -> None:
-    made = ads_config_map(job(**TEMPLATE), "u-1#1", "node-a", "A = 1\n", "B = 2\n")
-    assert made["data"] == {".job.ad": "A = 1\n", ".machine.ad": "B = 2\n"}
-    assert made["metadata"]["name"] == pod_name(job(**TEMPLATE), "u-1#1")
+def test_the_pod_carries_both_ads_and_mounts_them_where_the_starter_says() -> None:
+    pod = build(job(**TEMPLATE))
+    annotations = pod["metadata"]["annotations"]
+    assert annotations == {
+        "kondor.io/sim-exit-code": "3",  # the template's own, kept
+        "kondor.io/job-ad": JOB_AD,
+        "kondor.io/machine-ad": MACHINE_AD,
+    }
+    [volume] = [v for v in pod["spec"]["volumes"] if v["name"] == "kondor-ads"]
+    # One downwardAPI volume, each file one annotation's value as it is; no ConfigMap.
+    assert volume == {
+        "name": "kondor-ads",
+        "downwardAPI": {
+            "items": [
+                {
+                    "path": ".job.ad",
+                    "fieldRef": {"fieldPath": "metadata.annotations['kondor.io/job-ad']"},
+                },
+                {
+                    "path": ".machine.ad",
+                    "fieldRef": {"fieldPath": "metadata.annotations['kondor.io/machine-ad']"},
+                },
+            ]
+        },
+    }
+    for container in pod["spec"]["containers"]:
+        env = {e["name"]: e["value"] for e in container["env"] if "value" in e}
+        assert env["_CONDOR_JOB_AD"] == "/etc/kondor/.job.ad"
+        assert env["_CONDOR_MACHINE_AD"] == "/etc/kondor/.machine.ad"
+        assert env["_CONDOR_SLOT"] == "slot1_2@node-a"
+        assert container["volumeMounts"][-1] == {
+            "name": "kondor-ads",
+            "mountPath": "/etc/kondor",
+            "readOnly": True,
+        }
+    assert TEMPLATE["metadata"]["annotations"] == {"kondor.io/sim-exit-code": "3"}  # not changed
+
+
+def test_a_template_cannot_stand_in_for_the_ads() -> None:
+    forged = {**TEMPLATE, "metadata": {"annotations": {JOB_AD_ANNOTATION: 'Owner = "root"'}}}
+    pod = build(job(**forged))
+    assert pod["metadata"]["annotations"][JOB_AD_ANNOTATION] == JOB_AD
+
+
+def test_annotations_are_counted_as_the_api_server_counts_them() -> None:
+    # Keys and values, in bytes: "é" is two bytes in UTF-8.
+    assert annotations_size({"ab": "cd", "é": "€"}) == 2 + 2 + 2 + 3
+    assert ANNOTATIONS_LIMIT == 262144
+
+
+def _ad_of_total(total: int, template: dict[str, Any]) -> str:
+    """A job ad that makes the pod's annotations exactly `total` bytes."""
+    given = template.get("metadata", {}).get("annotations", {})
+    fixed = annotations_size({**given, JOB_AD_ANNOTATION: "", MACHINE_AD_ANNOTATION: MACHINE_AD})
+    head = 'Environment = "X='
+    return head + "x" * (total - fixed - len(head) - 2) + '"\n'
+
+
+def test_ads_up_to_the_limit_fit_and_one_byte_more_is_refused_naming_the_sizes() -> None:
+    fits = _ad_of_total(ANNOTATIONS_LIMIT, TEMPLATE)
+    pod = build(job(**TEMPLATE), job_ad=fits)
+    assert annotations_size(pod["metadata"]["annotations"]) == ANNOTATIONS_LIMIT
+    over = _ad_of_total(ANNOTATIONS_LIMIT + 1, TEMPLATE)
+    with pytest.raises(AdsTooLargeError) as refused:
+        build(job(**TEMPLATE), job_ad=over)
+    template_own = len("kondor.io/sim-exit-code") + 1
+    assert refused.value.size == ANNOTATIONS_LIMIT + 1
+    assert str(refused.value).startswith(
+        f"the job ad ({len(over)} bytes) and the machine ad ({len(MACHINE_AD)} bytes) make "
+        f"the pod's annotations 262145 bytes (the pod template's own: {template_own} bytes), "
+        "over Kubernetes' limit of 262144 bytes (256 KiB) on an object's annotations"
+    )
+
+
+def test_the_templates_own_annotations_count_against_the_limit() -> None:
+    fits = _ad_of_total(ANNOTATIONS_LIMIT, {})
+    build(job(spec=TEMPLATE["spec"]), job_ad=fits)
+    big = {**TEMPLATE, "metadata": {"annotations": {"note": "y" * 1000}}}
+    with pytest.raises(AdsTooLargeError, match=r"the pod template's own: 1004 bytes"):
+        build(job(**big), job_ad=fits)
+
+
+def test_an_edited_job_ad_replaces_the_carried_one_and_is_checked_again() -> None:
+    pod = build(job(**TEMPLATE))
+    edited = with_job_ad(pod, 'SiteTag = "x"\n')
+    assert edited["metadata"]["annotations"][JOB_AD_ANNOTATION] == 'SiteTag = "x"\n'
+    assert edited["metadata"]["annotations"][MACHINE_AD_ANNOTATION] == MACHINE_AD
+    assert pod["metadata"]["annotations"][JOB_AD_ANNOTATION] == JOB_AD  # a copy
+    with pytest.raises(AdsTooLargeError, match=r"262145 bytes"):
+        with_job_ad(pod, _ad_of_total(ANNOTATIONS_LIMIT + 1, TEMPLATE))
 
 
 def test_a_harvest_pod_requests_almost_nothing_and_runs_at_the_low_priority() -> None:
-    pod = job_pod(job(**TEMPLATE), "u-1#1", "node-a", SLOT, mode=HARVEST, priority_class="low")
+    pod = build(job(**TEMPLATE), mode=HARVEST, priority_class="low")
     assert pod["spec"]["priorityClassName"] == "low"
     for container in pod["spec"]["containers"]:
         # Limits stay the slot; GPUs cannot be overcommitted, so they stay requested.
@@ -112,7 +215,7 @@ def test_job_pods_have_no_probes() -> None:
             ]
         }
     }
-    (container,) = job_pod(job(**probed), "u-1#1", "node-a", SLOT)["spec"]["containers"]
+    (container,) = build(job(**probed))["spec"]["containers"]
     assert not {"livenessProbe", "readinessProbe", "startupProbe"} & container.keys()
 
 
