@@ -31,7 +31,13 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from kondor_agent.jobs import JobRunner, RuntimeLaunchers
-from kondor_agent.kube import KubernetesAPI, NotFoundError, WriteError, informer
+from kondor_agent.kube import (
+    ConflictError,
+    KubernetesAPI,
+    NotFoundError,
+    WriteError,
+    informer,
+)
 from kondor_agent.loop import Agent, AgentConfig
 from kondor_agent.machinefile import MachineFile
 from kondor_agent.pods import PodHandle, PodLauncher
@@ -134,8 +140,15 @@ class Fleet:
 # ---- shared watches: one list+watch per kind for every agent of the process ------------------
 
 
+def job_node(found: Mapping[str, Any]) -> str | None:
+    """The node an ExecutionJob is matched to: its `status.executionPoint` (the agent's
+    field selector)."""
+    value = (found.get("status") or {}).get("executionPoint")
+    return str(value) if value else None
+
+
 def node_label(found: Mapping[str, Any]) -> str | None:
-    """The node an ExecutionJob or job Pod belongs to: its `kondor.io/execution-point` label."""
+    """The node a job Pod belongs to: its `kondor.io/execution-point` label."""
     labels = (found.get("metadata") or {}).get("labels") or {}
     value = labels.get(EXECUTION_POINT_LABEL)
     return str(value) if value else None
@@ -316,6 +329,8 @@ class NodeJobs:
         except ApiException as error:
             if error.status == 404:
                 raise NotFoundError(f"executionjob {namespace}/{name} does not exist") from None
+            if error.status == 409:
+                raise ConflictError(f"executionjob {namespace}/{name} changed meanwhile") from None
             raise WriteError(f"{error.status} {error.reason}: {error.body}") from None
 
 
@@ -395,7 +410,7 @@ class FleetProcess:
     ) -> FleetProcess:
         names = [machine.name for machine in machines]
         eps = Routed(object_name, spec_signature, nodes=names)
-        jobs = Routed(node_label, job_signature, nodes=names)
+        jobs = Routed(job_node, job_signature, nodes=names)
         pods = Routed(node_label, pod_signature, nodes=names)
         shared = FleetExecutionPoints(api, eps)
         agents = []
@@ -428,7 +443,8 @@ class FleetProcess:
             return self.api.api_client.sanitize_for_serialization(found)  # type: ignore[no-untyped-call]
 
         start_watch(self.execution_points, list_eps, {}, self.stop, "executionpoints")
-        start_watch(self.jobs, list_jobs, selector, self.stop, "executionjobs")
+        matched = {"field_selector": "status.executionPoint!="}
+        start_watch(self.jobs, list_jobs, matched, self.stop, "executionjobs")
         start_watch(self.pods, list_pods, selector, self.stop, "job pods")
 
     def synced(self) -> bool:

@@ -35,7 +35,7 @@ from kondor_agent.kube import KubernetesAPI, NotFoundError, WatchedNodeObjects
 from kondor_core import startd
 from kondor_core.api import COD_CLAIMS, CodClaim, CodClaimStatus
 from kondor_core.api.job import ProcessRuntime
-from kondor_core.api.meta import format_time, model_patch
+from kondor_core.api.meta import EXECUTION_POINT_LABEL, format_time, model_patch
 from kondor_core.startd import cod
 
 log = logging.getLogger("kondor_agent.cod")
@@ -403,7 +403,10 @@ class WatchedCodClaims(WatchedNodeObjects):
         *,
         timeout_seconds: int = 300,
     ) -> None:
-        super().__init__(api, node, COD_CLAIMS, on_change, timeout_seconds=timeout_seconds)
+        selector = {"label_selector": f"{EXECUTION_POINT_LABEL}={node}"}
+        super().__init__(
+            api, node, COD_CLAIMS, selector, on_change, timeout_seconds=timeout_seconds
+        )
 
     def claims(self) -> list[dict[str, Any]]:
         return self.objects()

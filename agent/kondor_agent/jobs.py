@@ -22,6 +22,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from pydantic import ValidationError
 
+from kondor_agent.kube import ConflictError
 from kondor_core import startd
 from kondor_core.api import ExecutionJob, JobExecution
 from kondor_core.api.job import ExecutionState
@@ -34,6 +35,7 @@ from kondor_core.jobs.deferral import (
     start_decision,
 )
 from kondor_core.jobs.hooks import HOOK_PREPARE_JOB_FAILURE, PREPARE_JOB_FAILED
+from kondor_core.negotiation.schedd import answer_patch
 from kondor_core.policy import Action, ActionKind, Event
 from kondor_core.slots import SlotAd
 from kondor_core.startd.claims import Ended, job_id, schedd_events
@@ -49,7 +51,8 @@ class JobAPI(Protocol):
         """The ExecutionJobs labelled with this node, as plain JSON."""
 
     def patch_job_status(self, namespace: str, name: str, patch: Mapping[str, Any]) -> None:
-        """Merge-patch a job's status subresource."""
+        """Merge-patch a job's status subresource; raise ConflictError when the patch's
+        `metadata.resourceVersion` is no longer the job's."""
 
 
 @dataclass(frozen=True)
@@ -694,9 +697,25 @@ class JobRunner:
         )
 
     def _write(self, job: ExecutionJob, execution: JobExecution) -> None:
-        patch = {"status": {"execution": model_patch(execution)}}
+        """Write the answer to `status.execution`, with the schedd's fields it makes
+        (`schedd.answer_patch`: Running, Completed, ...) in the same request, guarded by the
+        resourceVersion the job was last seen at, so that the operator has nothing left to
+        write. When the job changed meanwhile (a condor_hold, an operator write), the answer
+        alone is written and the operator follows it, as it always may."""
+        job = self._jobs.get(job_id(job), job)  # the newest version seen: its guard holds
+        namespace, name = job.metadata.namespace or "default", job.metadata.name
+        answer = {"execution": model_patch(execution)}
+        schedd = answer_patch(job, execution, self.clock())
         try:
-            self.api.patch_job_status(job.metadata.namespace or "default", job.metadata.name, patch)
+            if schedd and job.metadata.resource_version:
+                guard = {"resourceVersion": job.metadata.resource_version}
+                try:
+                    patch = {"metadata": guard, "status": {**schedd, **answer}}
+                    self.api.patch_job_status(namespace, name, patch)
+                    return
+                except ConflictError:
+                    log.debug("%s changed meanwhile: the operator follows the answer", name)
+            self.api.patch_job_status(namespace, name, {"status": answer})
         except Exception as err:  # the next change writes again; the operator times out
             log.warning("cannot write the execution of %s: %s", job_id(job), err)
 

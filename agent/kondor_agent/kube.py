@@ -16,7 +16,6 @@ from kubernetes.client.exceptions import ApiException
 
 from kondor_core.api import (
     EXECUTION_JOBS,
-    EXECUTION_POINT_LABEL,
     EXECUTION_POINTS,
     GROUP,
     MERGE_PATCH,
@@ -34,6 +33,10 @@ class NotFoundError(LookupError):
 
 class WriteError(RuntimeError):
     """The API server refused or failed a write; the message says why."""
+
+
+class ConflictError(WriteError):
+    """A write guarded by a resourceVersion found the object changed (409)."""
 
 
 class ExecutionPointAPI(Protocol):
@@ -188,15 +191,17 @@ class WatchedExecutionPoint:
 
 
 class WatchedNodeObjects:
-    """The objects of one kind (`plural`) labelled `kondor.io/execution-point=<node>`, in
-    every namespace, kept by a watch: the agent reads them every cycle without a request.
-    `on_change` is called (from the watch thread) on every change of one of them."""
+    """The objects of one kind (`plural`) of one node, in every namespace, as `selector`
+    (a list's label or field selector) picks them, kept by a watch: the agent reads them
+    every cycle without a request. `on_change` is called (from the watch thread) on every
+    change of one of them."""
 
     def __init__(
         self,
         api: KubernetesAPI,
         node: str,
         plural: str,
+        selector: Mapping[str, str],
         on_change: Callable[[], None] | None = None,
         *,
         timeout_seconds: int = 300,
@@ -204,6 +209,7 @@ class WatchedNodeObjects:
         self.api = api
         self.node = node
         self.plural = plural
+        self.selector = dict(selector)
         self.on_change = on_change
         self.timeout_seconds = timeout_seconds
         self._objects: dict[str, dict[str, Any]] = {}
@@ -227,7 +233,9 @@ class WatchedNodeObjects:
             return [copy.deepcopy(found) for found in self._objects.values()]
 
     def patch_status(self, namespace: str, name: str, patch: Mapping[str, Any]) -> None:
-        """Merge-patch an object's status subresource; raise NotFoundError or WriteError."""
+        """Merge-patch an object's status subresource; raise NotFoundError, ConflictError
+        (the patch names a `metadata.resourceVersion` the object no longer has) or
+        WriteError."""
         try:
             self.api.objects.patch_namespaced_custom_object_status(
                 GROUP,
@@ -242,6 +250,8 @@ class WatchedNodeObjects:
             kind = self.plural.removesuffix("s")
             if error.status == 404:
                 raise NotFoundError(f"{kind} {namespace}/{name} does not exist") from None
+            if error.status == 409:
+                raise ConflictError(f"{kind} {namespace}/{name} changed meanwhile") from None
             raise WriteError(f"{error.status} {error.reason}: {error.body}") from None
 
     def _run(self) -> None:
@@ -263,7 +273,7 @@ class WatchedNodeObjects:
             lambda **kw: self.api.objects.list_cluster_custom_object(
                 GROUP, VERSION, self.plural, **kw
             ),
-            {"label_selector": f"{EXECUTION_POINT_LABEL}={self.node}"},
+            self.selector,
             listed=listed,
             changed=changed,
             lost=lambda: None,
@@ -278,7 +288,8 @@ class WatchedNodeObjects:
 
 
 class WatchedJobs(WatchedNodeObjects):
-    """The ExecutionJobs matched to one node."""
+    """The ExecutionJobs matched to one node: `status.executionPoint` names it (a selectable
+    field of the CRD, so the match needs no label of its own)."""
 
     def __init__(
         self,
@@ -288,7 +299,10 @@ class WatchedJobs(WatchedNodeObjects):
         *,
         timeout_seconds: int = 300,
     ) -> None:
-        super().__init__(api, node, EXECUTION_JOBS, on_change, timeout_seconds=timeout_seconds)
+        selector = {"field_selector": f"status.executionPoint={node}"}
+        super().__init__(
+            api, node, EXECUTION_JOBS, selector, on_change, timeout_seconds=timeout_seconds
+        )
 
     def jobs(self) -> list[dict[str, Any]]:
         return self.objects()

@@ -240,27 +240,6 @@ class Kube:
             raise
         return updated if isinstance(updated, dict) else None
 
-    def patch_execution_job(
-        self, namespace: str, name: str, patch: Mapping[str, Any]
-    ) -> dict[str, Any] | None:
-        """Merge-patch the job object (its labels): the job as it is now, None when gone."""
-        self._pace()
-        try:
-            updated = self.objects.patch_namespaced_custom_object(
-                GROUP,
-                VERSION,
-                namespace,
-                EXECUTION_JOBS,
-                name,
-                dict(patch),
-                _content_type=MERGE_PATCH,
-            )
-        except ApiException as error:
-            if error.status == 404:
-                return None
-            raise
-        return updated if isinstance(updated, dict) else None
-
     def read_pool(self, name: str) -> dict[str, Any] | None:
         """The Pool as the API server has it; None when there is none."""
         self._pace()

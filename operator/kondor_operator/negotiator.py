@@ -15,7 +15,10 @@ Status is written with merge patches of the status subresource, guarded by the
 resourceVersion the decision was made on, so a decision taken on a stale view (kopf's
 index lags the operator's own writes by a watch event) is refused with 409 and retaken on
 the next event instead of matching a job twice. What a write returned is used until the
-index catches up with it. The label follows with a merge patch of the object.
+index catches up with it. A job followed and matched in one pass (a new job's ClusterId and
+its match) is written once. The agent finds its jobs by `status.executionPoint`, and writes
+the schedd's fields its answers make itself (`schedd.answer_patch`), so a job costs the
+operator one write from match to completion (issue 16).
 `status.execution` is the agent's and is never written.
 
 It runs inside kopf, which starts only once this replica holds the leader Lease
@@ -51,7 +54,6 @@ from kondor_core.api.pool import CycleStats, PoolStatus
 from kondor_core.negotiation.poolconfig import PoolConfigError, pool_settings
 from kondor_core.negotiation.schedd import (
     JobChange,
-    label_patch,
     plan_cycle,
     status_patch,
 )
@@ -74,9 +76,6 @@ class JobWriter(Protocol):
 
     def patch_execution_job_status(
         self, namespace: str, name: str, patch: Mapping[str, Any], resource_version: str | None
-    ) -> dict[str, Any] | None: ...
-    def patch_execution_job(
-        self, namespace: str, name: str, patch: Mapping[str, Any]
     ) -> dict[str, Any] | None: ...
     def read_pool(self, name: str) -> dict[str, Any] | None: ...
     def patch_pool_status(self, name: str, patch: Mapping[str, Any]) -> bool: ...
@@ -324,7 +323,8 @@ class Negotiator:
                 if e.job.status is not None and e.job.status.cluster_id is not None
             ]
         )
-        follows: list[tuple[str, JobEntry, JobChange]] = []
+        follows: dict[str, JobChange] = {}
+        read = dict(jobs)  # as read: every write is a patch from these
         for key in sorted(jobs) if cycle else sorted(dirty):
             entry = jobs.get(key)
             if entry is None:
@@ -334,13 +334,13 @@ class Negotiator:
             if change is None:
                 continue
             done.frees |= _frees(entry, change)
-            follows.append((key, entry, change))
-        written = self._write_all([(entry, change) for _key, entry, change in follows])
-        for (key, _entry, _change), updated in zip(follows, written, strict=True):
-            if updated is not None:
-                done.written += 1
-                jobs[key] = updated
+            follows[key] = change
+            # The cycle sees the job as followed; a job matched in it is written once.
+            jobs[key] = JobEntry(
+                entry.job.model_copy(update={"status": change.status}), entry.resource_version
+            )
         if not cycle:
+            self._write_changes(read, follows, done)
             return done
         started = time.perf_counter()
         if not self._accountant_read:
@@ -357,22 +357,19 @@ class Negotiator:
         done.idle, done.problems = plan.idle, list(plan.problems)
         for problem in plan.problems:
             logger.warning("negotiation: slot not offered: %s", problem)
-        writes = [(jobs[job_key(c.namespace, c.name)], c) for c in plan.changes]
-        for change, updated in zip(plan.changes, self._write_all(writes), strict=True):
-            if updated is not None:
-                done.written += 1
-                if change.execution_point is not None:
-                    done.matched += 1
-                    preempting = change.status.preemption
-                    logger.info(
-                        "matched %s/%s to %s on %s (claim %s%s)",
-                        change.namespace,
-                        change.name,
-                        change.status.slot,
-                        change.execution_point,
-                        change.status.claim_id,
-                        f", preempting for {preempting}" if preempting else "",
-                    )
+        matches = {job_key(c.namespace, c.name): c for c in plan.changes}
+        for key, change in self._write_changes(read, {**follows, **matches}, done).items():
+            if key in matches and change.execution_point is not None:
+                done.matched += 1
+                preempting = change.status.preemption
+                logger.info(
+                    "matched %s to %s on %s (claim %s%s)",
+                    key,
+                    change.status.slot,
+                    change.execution_point,
+                    change.status.claim_id,
+                    f", preempting for {preempting}" if preempting else "",
+                )
         duration = time.perf_counter() - started
         stats = plan.stats.model_copy(update={"duration_seconds": round(duration, 4)})
         done.stats = stats
@@ -394,6 +391,15 @@ class Negotiator:
         self._cluster_id += 1
         return self._cluster_id
 
+    def _write_changes(
+        self, read: Mapping[str, JobEntry], changes: Mapping[str, JobChange], done: Pass
+    ) -> dict[str, JobChange]:
+        """Write each job's change as one patch from the job as `read`; the changes written."""
+        keys = list(changes)
+        written = self._write_all([(read[key], changes[key]) for key in keys])
+        done.written += sum(updated is not None for updated in written)
+        return {key: changes[key] for key, updated in zip(keys, written, strict=True) if updated}
+
     def _write_all(self, writes: list[tuple[JobEntry, JobChange]]) -> list[JobEntry | None]:
         """`_write` each (job, change), different jobs at once on the pool; the results in
         order. A write that raised raises here once the others are done."""
@@ -402,9 +408,9 @@ class Negotiator:
         return list(self._pool.map(lambda pair: self._write(*pair), writes))
 
     def _write(self, entry: JobEntry, change: JobChange) -> JobEntry | None:
-        """Write the change (status, then label); the job as it is afterwards, or None when
-        the status write was refused (the job changed meanwhile) or this replica does not
-        lead."""
+        """Write the change (one patch of the status subresource); the job as it is
+        afterwards, or None when the write was refused (the job changed meanwhile) or this
+        replica does not lead."""
         if not self.leading:
             return None
         job = entry.job
@@ -426,12 +432,6 @@ class Negotiator:
             self.metrics.job_writes.labels("status", "ok").inc()
             current = self._returned(entry, updated)
             logger.debug("%s/%s: %s", namespace, name, change.why)
-        labels = label_patch(current.job.metadata.labels, change.execution_point)
-        if labels:
-            labelled = self.writer.patch_execution_job(namespace, name, labels)
-            self.metrics.job_writes.labels("label", "gone" if labelled is None else "ok").inc()
-            if labelled is not None:
-                current = self._returned(entry, labelled)
         return current
 
     def _returned(self, entry: JobEntry, body: Mapping[str, Any]) -> JobEntry:

@@ -37,6 +37,8 @@ class Kind:
     columns: tuple[dict[str, Any], ...] = ()
     description: str = ""
     extra_root: dict[str, Any] = field(default_factory=dict)
+    #: Fields usable in field selectors (`kubectl get --field-selector`, watches).
+    selectable: tuple[str, ...] = ()
 
 
 def _column(
@@ -113,6 +115,9 @@ KINDS: tuple[Kind, ...] = (
             _AGE,
         ),
         "A job: requests, requirements, rank, priority and a runtime (process, apptainer or pod).",
+        # The agent watches its node's jobs by status.executionPoint: the match needs no
+        # label write of its own (issue 16). Kubernetes 1.31 or later.
+        selectable=(".status.executionPoint", ".status.jobStatus", ".spec.owner"),
     ),
     Kind(
         "CodClaim",
@@ -222,6 +227,8 @@ def crd(kind: Kind) -> dict[str, Any]:
         },
         "additionalPrinterColumns": list(kind.columns),
     }
+    if kind.selectable:
+        version["selectableFields"] = [{"jsonPath": path} for path in kind.selectable]
     if kind.status is not None:
         properties["status"] = structural(kind.status.model_json_schema(by_alias=True))
         version["subresources"] = {"status": {}}

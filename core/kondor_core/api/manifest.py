@@ -33,6 +33,7 @@ class ObjectMeta(BaseModel):
     namespace: str | None = None
     uid: str | None = None
     generation: int | None = None
+    resource_version: str | None = Field(default=None, alias="resourceVersion")
     labels: dict[str, str] = Field(default_factory=dict)
     creation_timestamp: str | None = Field(default=None, alias="creationTimestamp")
     annotations: dict[str, str] = Field(default_factory=dict)

@@ -12,8 +12,14 @@ in Kondor the queue is the ExecutionJobs, the claim is the agent's answer in
   the fresh ExecutionPoints, and what each job's status becomes from it.
 
 Both return `JobChange`s: the operator's new part of the status (an `ExecutionJobStatus`;
-`execution` is the agent's and is never written) and the ExecutionPoint label wanted.
-`status_patch` and `label_patch` turn one into the merge patches the operator sends.
+`execution` is the agent's and is never written), which `status_patch` turns into the merge
+patch the operator sends. The agent finds its node's jobs by `status.executionPoint` (a
+selectable field of the CRD), so a match is one write.
+
+`answer_patch(job, execution, now)` is `follow` run on the agent's side: the schedd's fields
+an answer of the agent makes (Running, Completed, ...), written by the agent in the same
+request as its answer, so the operator finds nothing left to follow (issue 16: four writes
+per job from match to completion).
 
 Time is epoch seconds, given; nothing here reads a clock.
 """
@@ -22,22 +28,23 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
 import classad2
 
 from kondor_core.api import (
-    EXECUTION_POINT_LABEL,
     ExecutionJob,
     ExecutionJobStatus,
     ExecutionPoint,
     JobExecution,
     PoolSpec,
+    apply_merge_patch,
     condition,
     format_time,
     merge_patch,
+    model_patch,
     parse_time,
     set_condition,
 )
@@ -83,8 +90,8 @@ MATCHED = "Matched"
 @dataclass(frozen=True)
 class JobChange:
     """What the operator writes for one job: its new status (the operator's fields; the
-    agent's `execution` is carried as read and never written) and the value of the
-    `kondor.io/execution-point` label (None: no label), with a short why for the log."""
+    agent's `execution` is carried as read and never written) and the ExecutionPoint it is
+    matched to (None: none), with a short why for the log."""
 
     namespace: str
     name: str
@@ -113,7 +120,7 @@ def follow(
     Running -> Running (NumJobStarts + 1 once per claim), Suspended -> Suspended, Exited ->
     Completed with ExitCode/ExitSignal and CompletionDate, Failed -> Held with the agent's
     hold reason, Killed -> Idle, matched again; a match unanswered after MATCH_TIMEOUT ->
-    Idle. Commands keep the claim and the label (the agent finds the job by the label and
+    Idle. Commands keep the claim and the ExecutionPoint (the agent finds the job by it and
     kills its process); a job back to Idle has neither.
     """
     if job.metadata.deletion_timestamp:
@@ -124,12 +131,29 @@ def follow(
         status = status.model_copy(update={"cluster_id": cluster_id})
     new, why = _next(job, status, now, settings)
     new, why = _scheduled(job, status, new, why, now)
-    label = new.execution_point
     if old is not None and _operator_part(old) == _operator_part(new):
-        if job.metadata.labels.get(EXECUTION_POINT_LABEL) == label:
-            return None
-        why = "label follows the status"
-    return JobChange(job.metadata.namespace or "", job.metadata.name, new, label, why)
+        return None
+    return JobChange(job.metadata.namespace or "", job.metadata.name, new, new.execution_point, why)
+
+
+def answer_patch(job: ExecutionJob, execution: JobExecution, now: float) -> dict[str, Any]:
+    """The schedd's fields (a merge patch of `status`, without `execution`) that the agent's
+    answer `execution` to the job's current claim makes: `follow` of the job as it is once
+    the answer is written. Empty for an answer to another claim, or one that changes none
+    of them. The pool's settings play no part: with an answer to the current claim,
+    MATCH_TIMEOUT, the only setting `follow` reads, is not looked at."""
+    status = job.status
+    if status is None or status.claim_id is None or execution.claim_id != status.claim_id:
+        return {}
+    before = status.execution.dump() if status.execution is not None else {}
+    if before.get("claimId") != execution.claim_id:
+        before = {}
+    merged = JobExecution.model_validate(apply_merge_patch(before, model_patch(execution)))
+    answered = job.model_copy(update={"status": status.model_copy(update={"execution": merged})})
+    change = follow(answered, now, PoolSpec())
+    if change is None:
+        return {}
+    return status_patch(status, change.status).get("status", {})
 
 
 def _next(
@@ -344,14 +368,6 @@ def status_patch(old: ExecutionJobStatus | None, new: ExecutionJobStatus) -> dic
     return {"status": patch} if patch else {}
 
 
-def label_patch(labels: Mapping[str, str], execution_point: str | None) -> dict[str, Any]:
-    """The merge patch of the object that sets (or removes, for None) the ExecutionPoint
-    label; empty when it is already so."""
-    if labels.get(EXECUTION_POINT_LABEL) == execution_point:
-        return {}
-    return {"metadata": {"labels": {EXECUTION_POINT_LABEL: execution_point}}}
-
-
 # ---- the negotiation cycle ---------------------------------------------------------------------
 
 
@@ -434,7 +450,7 @@ def plan_cycle(
     served by effective priority with their slices of the pie.
 
     A match makes the job's status name the ExecutionPoint, the slot, a new claim
-    (`<uid>#<n>`, n one past any claim the job had) and the match time, and labels the job;
+    (`<uid>#<n>`, n one past any claim the job had) and the match time;
     the job stays Idle until the agent runs it. An unmatched job gets LastRejMatchReason.
 
     A slot with a match the agent has not answered yet (`pending_claim`) is not offered:

@@ -13,9 +13,11 @@ from agent_fakes import EXAMPLES, FakeAPI, FakeClock, MachineBox, example_machin
 
 from kondor_agent.execute.limits import ExecuteSettings, MemoryLimitPolicy
 from kondor_agent.jobs import JobRunner, Outcome, Usage
+from kondor_agent.kube import ConflictError
 from kondor_agent.loop import Agent, AgentConfig
-from kondor_core.api import ExecutionJob, JobExecution
+from kondor_core.api import ExecutionJob, JobExecution, PoolSpec
 from kondor_core.api.meta import apply_merge_patch
+from kondor_core.negotiation.schedd import follow
 from kondor_core.slots import SlotAd
 
 NODE = "node-a"
@@ -30,13 +32,24 @@ class JobsAPI(FakeAPI):
         super().__init__()
         self.job_objects: dict[str, dict[str, Any]] = {}
         self.job_patches: list[tuple[str, dict[str, Any]]] = []
+        self.version = 100
+        self.conflicts = 0
 
     def jobs(self) -> list[dict[str, Any]]:
         return [copy.deepcopy(job) for job in self.job_objects.values()]
 
     def patch_job_status(self, namespace: str, name: str, patch: Mapping[str, Any]) -> None:
+        # As the API server: a patch naming a resourceVersion the job no longer has is
+        # refused (409), and every write gives the job a new one.
         body = self.job_objects[f"{namespace}/{name}"]
+        metadata = body.setdefault("metadata", {})
+        guard = (patch.get("metadata") or {}).get("resourceVersion")
+        if guard is not None and guard != metadata.get("resourceVersion"):
+            self.conflicts += 1
+            raise ConflictError(f"{name} changed meanwhile")
         body["status"] = apply_merge_patch(body.get("status", {}), patch.get("status", {}))
+        self.version += 1
+        metadata["resourceVersion"] = str(self.version)
         self.job_patches.append((name, copy.deepcopy(dict(patch))))
 
     def execution(self, name: str) -> dict[str, Any]:
@@ -102,7 +115,12 @@ def matched(name: str, claim: str, slot: str = f"slot1@{NODE}", **spec: Any) -> 
     return {
         "apiVersion": "kondor.io/v1alpha1",
         "kind": "ExecutionJob",
-        "metadata": {"name": name, "namespace": "default", "uid": f"uid-{name}"},
+        "metadata": {
+            "name": name,
+            "namespace": "default",
+            "uid": f"uid-{name}",
+            "resourceVersion": "1",
+        },
         "spec": {
             "owner": "alice",
             "requestCpus": 1,
@@ -201,6 +219,48 @@ def test_a_match_is_claimed_run_and_reported_until_it_exits(node: Any) -> None:
     del api.job_objects["default/hello"]
     _tick(agent, clock)
     assert launcher.removed == ["default/hello"]
+
+
+def test_each_answer_carries_the_schedd_s_fields_in_one_guarded_write(node: Any) -> None:
+    # Issue 16: from match to exit the agent writes twice (Running, Exited), each write
+    # carrying what the operator would follow (JobStatus, NumJobStarts, ExitCode, ...),
+    # so the operator has nothing left to write.
+    api, clock, launcher, agent = node
+    api.job_objects["default/hello"] = matched("hello", "uid-hello#1")
+    _tick(agent, clock)
+    launcher.outcomes["default/hello"] = Outcome(exit_code=3)
+    clock.now += 0.2
+    agent.step()
+    [(_, running), (_, exited)] = api.job_patches
+    assert running["metadata"] == {"resourceVersion": "1"}
+    assert running["status"]["jobStatus"] == "Running"
+    assert running["status"]["numJobStarts"] == 1
+    assert running["status"]["execution"]["state"] == "Running"
+    assert exited["metadata"] == {"resourceVersion": "101"}  # the version the first returned
+    assert (exited["status"]["jobStatus"], exited["status"]["exitCode"]) == ("Completed", 3)
+    job = ExecutionJob.model_validate(api.job_objects["default/hello"])
+    assert follow(job, clock.now, PoolSpec()) is None
+    assert api.conflicts == 0
+
+
+def test_an_answer_to_a_job_changed_meanwhile_is_written_alone(node: Any) -> None:
+    # Someone wrote the job after the agent read it: the guarded write is refused and the
+    # answer alone is written; the operator follows it.
+    api, clock, launcher, agent = node
+    api.job_objects["default/hello"] = matched("hello", "uid-hello#1")
+    real_launch = launcher.launch
+
+    def launch_then_touch(*args: Any) -> str:
+        api.job_objects["default/hello"]["metadata"]["resourceVersion"] = "50"
+        return real_launch(*args)
+
+    launcher.launch = launch_then_touch  # type: ignore[method-assign]
+    _tick(agent, clock)
+    assert api.conflicts == 1
+    [(_, alone)] = api.job_patches
+    assert list(alone) == ["status"] and list(alone["status"]) == ["execution"]
+    assert alone["status"]["execution"]["state"] == "Running"
+    assert api.job_objects["default/hello"]["status"]["jobStatus"] == "Idle"
 
 
 def test_the_startd_has_the_last_word(node: Any) -> None:

@@ -1,6 +1,7 @@
 """One watch per kind for many simulated agents (`fleet_sim.Routed`): objects reach the node
-their label names, only the nodes of this process are kept, an agent is woken only when
-something it acts on changed, and a job matched away from a node leaves it."""
+their status (jobs) or label (pods) names, only the nodes of this process are kept, an agent
+is woken only when something it acts on changed, and a job matched away from a node leaves
+it."""
 
 from __future__ import annotations
 
@@ -8,23 +9,22 @@ from typing import Any
 
 import pytest
 
-from fleet_sim import Routed, job_signature, node_label, object_name, pod_signature
+from fleet_sim import Routed, job_node, job_signature, node_label, object_name, pod_signature
 
 pytestmark = pytest.mark.timeout(5)
 
 
 def _job(name: str, node: str | None, **status: Any) -> dict[str, Any]:
-    labels = {"kondor.io/execution-point": node} if node else {}
     return {
-        "metadata": {"name": name, "namespace": "ns", "labels": labels},
+        "metadata": {"name": name, "namespace": "ns"},
         "spec": {"requestCpus": 1},
-        "status": status,
+        "status": {**status, "executionPoint": node} if node else status,
     }
 
 
 def _routed(nodes: list[str] | None = None) -> tuple[Routed, list[str]]:
     woken: list[str] = []
-    routed = Routed(node_label, job_signature, nodes=nodes)
+    routed = Routed(job_node, job_signature, nodes=nodes)
     routed.on_change = woken.append
     return routed, woken
 

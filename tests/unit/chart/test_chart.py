@@ -435,7 +435,7 @@ def _allowed(objects: list[dict[str, Any]], account: str) -> set[tuple[str, str,
         (("*", "kondor.io", "slotpolicies/status", "patch"), True),
         (("*", "kondor.io", "slotpolicies", "patch"), False),  # the admin's spec
         (("*", "kondor.io", "executionjobs", "watch"), True),
-        (("*", "kondor.io", "executionjobs", "patch"), True),  # the execution-point label
+        (("*", "kondor.io", "executionjobs", "patch"), False),  # status only: no label
         (("*", "kondor.io", "executionjobs/status", "patch"), True),
         (("*", "kondor.io", "executionjobs", "create"), False),  # the user's
         (("*", "kondor.io", "executionjobs", "update"), False),

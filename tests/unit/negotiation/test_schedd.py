@@ -15,18 +15,19 @@ from kondor_core.api import (
     ExecutionJob,
     ExecutionJobStatus,
     ExecutionPoint,
+    JobExecution,
     Machine,
     PoolSpec,
     SlotPolicySpec,
+    apply_merge_patch,
     format_time,
 )
 from kondor_core.config import compile_policy
 from kondor_core.negotiation.schedd import (
-    EXECUTION_POINT_LABEL,
     JobChange,
+    answer_patch,
     follow,
     is_nice,
-    label_patch,
     plan_cycle,
     status_patch,
 )
@@ -71,7 +72,6 @@ MATCHED = {
     "numJobMatches": 1,
     "matchTime": format_time(NOW - 5),
 }
-ON_NODE = {EXECUTION_POINT_LABEL: "node-a"}
 
 
 def answer(state: str, claim: str = f"{UID}#1", **fields: Any) -> dict[str, Any]:
@@ -85,9 +85,9 @@ def followed(j: ExecutionJob, now: float = NOW, **kw: Any) -> JobChange | None:
 # ---- follow: the table of docs/jobs.md steps 4 and 5 ------------------------------------------
 
 FOLLOW_TABLE = [
-    # (why, status, spec, expected status fields, expected label)
+    # (why, status, spec, expected status fields, expected ExecutionPoint)
     (
-        "Rejected -> Idle, claim and label cleared, LastRejMatchReason = the startd's reason",
+        "Rejected -> Idle, claim and ExecutionPoint cleared, LastRejMatchReason = the startd's reason",
         {**MATCHED, "execution": answer("Rejected", reason="START is false for the job")},
         {},
         {
@@ -237,7 +237,7 @@ FOLLOW_TABLE = [
         "node-a",
     ),
     (
-        "spec.hold -> Held, HoldReasonCode 1, claim and label kept for the agent",
+        "spec.hold -> Held, HoldReasonCode 1, claim and ExecutionPoint kept for the agent",
         {**MATCHED, "jobStatus": "Running", "numJobStarts": 1, "execution": answer("Running")},
         {"hold": True},
         {
@@ -306,7 +306,7 @@ FOLLOW_TABLE = [
 
 
 @pytest.mark.parametrize(
-    ("status", "spec", "expected", "label"),
+    ("status", "spec", "expected", "execution_point"),
     [row[1:] for row in FOLLOW_TABLE],
     ids=[row[0] for row in FOLLOW_TABLE],
 )
@@ -314,9 +314,9 @@ def test_follow(
     status: dict[str, Any],
     spec: dict[str, Any],
     expected: dict[str, Any] | None,
-    label: str | None,
+    execution_point: str | None,
 ) -> None:
-    before = job(status, labels=ON_NODE, **spec)
+    before = job(status, **spec)
     change = followed(before)
     if expected is None:
         assert change is None
@@ -324,7 +324,7 @@ def test_follow(
     assert change is not None
     shown = change.status.model_dump(by_alias=True)
     assert {key: shown[key] for key in expected} == expected
-    assert change.execution_point == label
+    assert change.execution_point == execution_point
     # The agent's field is carried, never written.
     assert change.status.execution == before.status.execution  # type: ignore[union-attr]
     patch = status_patch(before.status, change.status)
@@ -365,12 +365,57 @@ def test_a_deleted_job_is_not_followed() -> None:
     assert followed(deleting, NOW + 1000) is None
 
 
-def test_the_label_follows_a_status_that_did_not_change() -> None:
-    change = followed(job(MATCHED, labels={}))
-    assert change is not None and change.execution_point == "node-a"
-    assert label_patch({}, "node-a") == {"metadata": {"labels": {EXECUTION_POINT_LABEL: "node-a"}}}
-    assert label_patch(ON_NODE, None) == {"metadata": {"labels": {EXECUTION_POINT_LABEL: None}}}
-    assert label_patch(ON_NODE, "node-a") == {}
+ANSWERED_ROWS = [
+    row
+    for row in FOLLOW_TABLE
+    if (row[1].get("execution") or {}).get("claimId") == row[1].get("claimId") is not None
+]
+
+
+@pytest.mark.parametrize(
+    ("status", "spec"), [row[1:3] for row in ANSWERED_ROWS], ids=[row[0] for row in ANSWERED_ROWS]
+)
+def test_the_agent_writes_what_the_operator_would_follow(
+    status: dict[str, Any], spec: dict[str, Any]
+) -> None:
+    # The agent's answer carries the schedd's fields (answer_patch); once written, the
+    # operator's follow finds nothing to do.
+    unanswered = {key: value for key, value in status.items() if key != "execution"}
+    before = job(unanswered, **spec)
+    given = JobExecution.model_validate(status["execution"])
+    patch = answer_patch(before, given, NOW)
+    answered = job(status, **spec)
+    operator = followed(answered)
+    expected = {} if operator is None else status_patch(answered.status, operator.status)
+    assert patch == expected.get("status", {})
+    written = apply_merge_patch(
+        answered.model_dump(by_alias=True, exclude_none=True), {"status": patch}
+    )
+    assert followed(ExecutionJob.model_validate(written)) is None
+
+
+def test_an_answer_to_another_claim_carries_nothing() -> None:
+    stale = JobExecution.model_validate(answer("Exited", claim=f"{UID}#0", exitCode=0))
+    assert answer_patch(job(MATCHED), stale, NOW) == {}
+    assert answer_patch(job(None), stale, NOW) == {}
+
+
+def test_an_exit_merges_with_the_running_answer_before_it() -> None:
+    # The agent's Exited answer is merged into its Running one on the server: the start
+    # time the operator would read comes from there when the exit does not repeat it.
+    running = {
+        **MATCHED,
+        "jobStatus": "Running",
+        "numJobStarts": 1,
+        "jobStartDate": format_time(NOW - 60),
+        "execution": answer("Running", startTime=format_time(NOW - 60)),
+    }
+    exited = JobExecution.model_validate(answer("Exited", exitCode=3, endTime=format_time(NOW)))
+    assert answer_patch(job(running), exited, NOW) == {
+        "jobStatus": "Completed",
+        "exitCode": 3,
+        "completionDate": format_time(NOW),
+    }
 
 
 def test_the_patch_nulls_what_is_cleared_and_leaves_the_rest() -> None:
@@ -398,7 +443,7 @@ def test_the_patch_nulls_what_is_cleared_and_leaves_the_rest() -> None:
 
 
 def test_a_shorter_match_timeout_from_the_pool() -> None:
-    pending = job({**MATCHED, "matchTime": format_time(NOW - 5)}, labels=ON_NODE)
+    pending = job({**MATCHED, "matchTime": format_time(NOW - 5)})
     assert follow(pending, NOW, PoolSpec(match_timeout=10)) is None
     change = follow(pending, NOW + 6, PoolSpec(match_timeout=10))
     assert change is not None and change.status.claim_id is None
@@ -407,7 +452,7 @@ def test_a_shorter_match_timeout_from_the_pool() -> None:
 def test_a_claim_that_timed_out_is_not_reused() -> None:
     # The agent never answered claim #1; the next match must not be #1 again (a late
     # answer to #1 would be taken for an answer to it).
-    pending = job({**MATCHED, "matchTime": format_time(NOW - 500)}, labels=ON_NODE)
+    pending = job({**MATCHED, "matchTime": format_time(NOW - 500)})
     timed_out = follow(pending, NOW, SETTINGS)
     assert timed_out is not None
     idle_again = pending.model_copy(update={"status": timed_out.status})

@@ -14,7 +14,6 @@ import yaml
 
 from kondor_core import startd
 from kondor_core.api import (
-    EXECUTION_POINT_LABEL,
     Machine,
     PoolSpec,
     SlotPolicySpec,
@@ -70,16 +69,6 @@ class FakeKube:
         updated["metadata"] = {**updated["metadata"], "resourceVersion": str(self.version)}
         self.objects[f"{namespace}/{name}"] = updated
         return copy.deepcopy(updated)
-
-    def patch_execution_job(
-        self, namespace: str, name: str, patch: Mapping[str, Any]
-    ) -> dict[str, Any] | None:
-        self.calls.append(("label", name, dict(patch)))
-        key = f"{namespace}/{name}"
-        self.objects[key] = apply_merge_patch(self.objects[key], patch)
-        self.version += 1
-        self.objects[key]["metadata"]["resourceVersion"] = str(self.version)
-        return copy.deepcopy(self.objects[key])
 
 
 def job_body(name: str, **spec: Any) -> dict[str, Any]:
@@ -150,7 +139,10 @@ def test_a_new_job_gets_a_cluster_id_and_is_matched_in_one_pass() -> None:
     assert first["jobStatus"] == "Idle"
     assert first["executionPoint"] == "node-a" and first["slot"] == "slot1@node-a"
     assert first["claimId"] == "uid-j1#1"
-    assert world.labels("j1") == {EXECUTION_POINT_LABEL: "node-a"}
+    # One write each: the ClusterId and the match together, no label (the agent finds the
+    # job by status.executionPoint).
+    assert [what for what, name, _ in world.kube.calls if name == "j1"] == ["status"]
+    assert world.labels("j1") == {}
     assert all("execution" not in patch.get("status", {}) for _, _, patch in world.kube.calls)
 
 

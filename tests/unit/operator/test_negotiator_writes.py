@@ -1,6 +1,6 @@
 """The negotiator writes many jobs at once (issue 16): with `write_concurrency` N, the
-matches of one cycle and the follows of one pass go out N at a time, each job's status before
-its label, and the pass's figures and the jobs it hands on are those of the writes."""
+matches of one cycle and the follows of one pass go out N at a time, one write per job, and
+the pass's figures and the jobs it hands on are those of the writes."""
 
 from __future__ import annotations
 
@@ -11,7 +11,6 @@ from typing import Any
 
 import pytest
 
-from kondor_core.api import EXECUTION_POINT_LABEL
 from kondor_operator.metrics import Metrics
 from kondor_operator.negotiator import Negotiator, execution_point_entry
 
@@ -44,13 +43,6 @@ class SlowKube(FakeKube):
         with self.lock:
             return super().patch_execution_job_status(namespace, name, patch, resource_version)
 
-    def patch_execution_job(
-        self, namespace: str, name: str, patch: Mapping[str, Any]
-    ) -> dict[str, Any] | None:
-        self._slow()
-        with self.lock:
-            return super().patch_execution_job(namespace, name, patch)
-
 
 def _world(concurrency: int, delay: float, jobs: int) -> tuple[World, SlowKube]:
     world = World()
@@ -66,21 +58,19 @@ def _world(concurrency: int, delay: float, jobs: int) -> tuple[World, SlowKube]:
     return world, kube
 
 
-def test_a_cycle_s_matches_are_written_at_once_each_status_before_its_label() -> None:
+def test_a_cycle_s_matches_are_written_at_once_one_write_per_job() -> None:
     world, kube = _world(concurrency=8, delay=0.05, jobs=16)
     started = time.monotonic()
     done = world.negotiator.run_once(set(), cycle=True)
     took = time.monotonic() - started
     assert done.matched == 16
     assert kube.peak > 1
-    # Serially: 16 follows (ClusterId) + 16 statuses + 16 labels = 48 writes of 50 ms.
-    assert took < 48 * 0.05 / 2
+    # Serially: 16 writes (each a ClusterId and its match) of 50 ms.
+    assert took < 16 * 0.05 / 2
     for index in range(16):
         name = f"j{index:02d}"
         assert world.status(name)["claimId"]
-        assert world.labels(name)[EXECUTION_POINT_LABEL].startswith("node-")
-        mine = [what for what, job, _ in kube.calls if job == name]
-        assert mine[-2:] == ["status", "label"]
+        assert [what for what, job, _ in kube.calls if job == name] == ["status"]
     ids = sorted(world.status(f"j{i:02d}")["clusterId"] for i in range(16))
     assert ids == list(range(1, 17))  # one ClusterId each, none twice
 
