@@ -33,7 +33,6 @@ pytestmark = pytest.mark.timeout(120)
 
 GROUP, VERSION = "kondor.io", "v1alpha1"
 JOBS, EPS, POOLS = "executionjobs", "executionpoints", "pools"
-LABEL = "kondor.io/execution-point"
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -185,8 +184,7 @@ def matched(jobs: Pool, name: str) -> dict[str, Any]:
     def check() -> dict[str, Any] | None:
         job = jobs.job(name)
         status = job.get("status") or {}
-        labels = job["metadata"].get("labels") or {}
-        return job if status.get("claimId") and labels.get(LABEL) else None
+        return job if status.get("claimId") else None
 
     return cast(dict[str, Any], eventually(check, timeout=10, what=f"{name} matched"))
 
@@ -202,7 +200,15 @@ def test_a_job_is_matched_and_follows_the_agent_to_completed(jobs: Pool) -> None
     assert status["slot"] == f"slot1@{ep}"
     assert status["claimId"] == f"{uid}#1"
     assert status["clusterId"] >= 1
-    assert job["metadata"]["labels"][LABEL] == ep
+    # The agent's field selector finds it (a selectable field of the CRD), and only it.
+    found = jobs.objects.list_namespaced_custom_object(
+        "kondor.io",
+        "v1alpha1",
+        jobs.namespace,
+        "executionjobs",
+        field_selector=f"status.executionPoint={ep}",
+    )
+    assert [item["metadata"]["name"] for item in found["items"]] == [job["metadata"]["name"]]
 
     jobs.answer("run", claimId=status["claimId"], state="Running", slot=f"slot1_1@{ep}")
     eventually(lambda: jobs.status("run").get("jobStatus") == "Running", timeout=10, what="Running")
@@ -251,7 +257,7 @@ def test_a_job_no_slot_meets_stays_idle_with_why(jobs: Pool) -> None:
     job = jobs.job("huge")
     assert job["status"]["jobStatus"] == "Idle"
     assert "claimId" not in job["status"]
-    assert LABEL not in (job["metadata"].get("labels") or {})
+    assert "executionPoint" not in job["status"]
 
 
 def test_an_unanswered_match_expires_after_match_timeout(
