@@ -329,6 +329,15 @@ def test_a_pod_job_ends_completed_with_its_annotated_exit_code(cluster: Cluster)
     expected = {"cpu": "1", "memory": "256Mi"}
     resources = pod["spec"]["containers"][0]["resources"]
     assert resources == {"requests": expected, "limits": expected}
+    # The ads travel in the pod (the API server took its downwardAPI volume): one create.
+    annotations = pod["metadata"]["annotations"]
+    assert "JobUniverse = 5" in annotations["kondor.io/job-ad"]
+    assert f'Machine = "{NODE}"' in annotations["kondor.io/machine-ad"]
+    [volume] = [v for v in pod["spec"]["volumes"] if v["name"] == "kondor-ads"]
+    assert [item["path"] for item in volume["downwardAPI"]["items"]] == [".job.ad", ".machine.ad"]
+    maps = cluster.kubectl("get", "configmaps", "-n", "default", "-l", "kondor.io/job=podjob",
+                           "-o", "json")  # fmt: skip
+    assert json.loads(maps)["items"] == []
 
 
 def _memory_limits_work() -> str | None:

@@ -156,9 +156,11 @@ def test_prepare_job_edits_the_pod_and_job_exit_sees_its_exit(
     assert container["args"] == ["-c", "echo rewritten"]
     env = {e["name"]: e.get("value") for e in container["env"]}
     assert env["GREETING"] == "hello there" and env["HOOKED"] == "yes"
-    mounted = json.loads(cluster.kubectl("get", "configmap", pod["metadata"]["name"], "-n",
-                                         "default", "-o", "json"))  # fmt: skip
-    assert 'SiteTag = "edited"' in mounted["data"][".job.ad"]
+    # The edited job ad is what the pod carries (mounted from its annotation): no ConfigMap.
+    assert 'SiteTag = "edited"' in pod["metadata"]["annotations"]["kondor.io/job-ad"]
+    listed = cluster.kubectl("get", "configmaps", "-n", "default", "-l",
+                             "kondor.io/job=pod-hooked", "-o", "json")  # fmt: skip
+    assert json.loads(listed)["items"] == []
     # UPDATE_JOB_INFO ran while the pod ran (1 s, then every 1 s of the 3 s run).
     updates = sorted(hooks.glob("update-pod-hooked-*"))
     assert len(updates) >= 2, updates

@@ -470,7 +470,9 @@ def test_operator_permissions(
         (("*", "", "pods", "create"), True),
         (("*", "", "pods", "delete"), True),
         (("*", "", "pods", "patch"), False),
-        (("*", "", "configmaps", "create"), True),
+        # Its ads travel in the Pod's annotations: no ConfigMap to write.
+        (("*", "", "configmaps", "create"), False),
+        (("*", "", "configmaps", "delete"), False),
         (("*", "", "configmaps", "get"), False),
         (("*", "kondor.io", "executionjobs", "watch"), True),
         (("*", "kondor.io", "executionjobs/status", "patch"), True),
