@@ -32,7 +32,7 @@ def job(**template: Any) -> ExecutionJob:
     )
 
 
-TEMPLATE = {
+TEMPLATE: dict[str, Any] = {
     "metadata": {"labels": {"app": "train"}, "annotations": {"kondor.io/sim-exit-code": "3"}},
     "spec": {
         "containers": [
