@@ -2,10 +2,12 @@
 
 What it does (DESIGN.md, "Node to ExecutionPoint"):
 
-* reads ExecutionPoints and SlotPolicies through `@kopf.index` (no
-  change-detecting handlers, so no annotations are written on them) and Node
-  metadata through a watch of its own (`kondor_operator.nodewatch`:
-  PartialObjectMetadata, so Node status heartbeats cost nothing) and, in one
+* reads SlotPolicies through `@kopf.index` (no change-detecting handlers, so no
+  annotations are written on them), Node metadata through a watch of its own
+  (`kondor_operator.nodewatch`: PartialObjectMetadata, so Node status heartbeats
+  cost nothing) and ExecutionPoints through another (`kondor_operator.epwatch`:
+  each parsed once, one table for the reconciler, the negotiator and power
+  management, so an agent's heartbeat is no kopf handler call) and, in one
   reconciler task, applies what `kondor_core.fleet` plans, on a bounded pool of
   writer threads paced by `--kube-qps`/`--kube-burst`: an
   ExecutionPoint per node that a valid SlotPolicy selects (owned by the Node,

@@ -6,8 +6,9 @@ condor_drain -graceful; uncordoning the node cancels it. An admin's own drain is
 
 Every few seconds it lists the cordoned Nodes only (field selector spec.unschedulable=true:
 usually none, so it costs the API server next to nothing) and reads the ExecutionPoints
-through the negotiator's index; a SlotPolicy is read only for a cordoned node not yet
-drained. It writes nothing unless this replica leads.
+through the negotiator (the operator's ExecutionPoint watch, `kondor_operator.epwatch`); a
+SlotPolicy is read only for a cordoned node not yet drained. It writes nothing unless this
+replica leads.
 """
 
 from __future__ import annotations

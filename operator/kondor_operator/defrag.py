@@ -1,8 +1,9 @@
 """The defrag controller: condor_defrag in the operator.
 
 Every DEFRAG_INTERVAL (the Pool's `spec.defrag.interval`, or DEFRAG_INTERVAL in its
-condorConfig) it reads the ExecutionPoints and the Pool through the negotiator's kopf indexes,
-asks `kondor_core.negotiation.defrag.plan_defrag` what to do, and writes it:
+condorConfig) it reads the ExecutionPoints (the operator's watch, `kondor_operator.epwatch`)
+and the Pool (kopf's index) through the negotiator, asks
+`kondor_core.negotiation.defrag.plan_defrag` what to do, and writes it:
 
 - a drain is written to the node's `spec.drain` (as `kubectl kondor drain` does), by
   `condor_defrag` with reason `Defrag`, the DEFRAG_DRAINING_SCHEDULE and
@@ -45,7 +46,7 @@ RECHECK = 5.0
 
 
 class PoolView(Protocol):
-    """What the controller reads (the negotiator's indexes)."""
+    """What the controller reads (the negotiator: the Pool's settings, the ExecutionPoints)."""
 
     def settings(self) -> PoolSpec: ...
     def execution_points(self) -> list[ExecutionPoint]: ...

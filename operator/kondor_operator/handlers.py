@@ -1,16 +1,14 @@
 """kopf handlers, registered on a registry the caller owns. Thin: they index, touch, check.
 
-* `@kopf.index` on ExecutionPoints and SlotPolicies: the in-memory view the
-  reconciler reads (no change-detecting handlers, so no annotation writes on these
-  objects; DESIGN.md, "Scale").
+* `@kopf.index` on SlotPolicies: the in-memory view the reconciler reads (no
+  change-detecting handlers, so no annotation writes on them; DESIGN.md, "Scale").
 * Nodes are not kopf's: their metadata is watched by `kondor_operator.nodewatch`
   (status heartbeats cost nothing), started with the reconciler, which is attached
   once every Node has been listed.
-* `@kopf.on.event` on ExecutionPoints and SlotPolicies: mark what changed for the
-  reconciler.
-
-The handlers on ExecutionPoints run for every agent heartbeat, so they are coroutines:
-kopf runs a plain function on a thread of its executor, a hand-off per event.
+* ExecutionPoints are not kopf's either: the operator's own watch
+  (`kondor_operator.epwatch`) parses each once, keeps the table the reconciler reads
+  and touches it for what changed (an agent's heartbeat is no kopf handler call).
+* `@kopf.on.event` on SlotPolicies: mark what changed for the reconciler.
 * `@kopf.on.validate` on SlotPolicies: refuse an invalid policy at `kubectl apply`
   with the field, the value and classad2's message.
 * ExecutionJob admission (owner, validity, immutability): `webhook.register_job_admission`.
@@ -27,15 +25,10 @@ from typing import Any
 
 import kopf
 
-from kondor_core.api import EXECUTION_POINTS, GROUP, SLOT_POLICIES, VERSION
+from kondor_core.api import GROUP, SLOT_POLICIES, VERSION
 from kondor_core.fleet import NodeFacts, ObservedPolicy, admission_message, check_policy
 from kondor_operator.nodewatch import NodeChanges, NodeSource, NodeWatch
-from kondor_operator.reconciler import (
-    ExecutionPointEntry,
-    Reconciler,
-    execution_point_entry,
-    slot_policy_entry,
-)
+from kondor_operator.reconciler import ExecutionPointEntries, Reconciler, slot_policy_entry
 from kondor_operator.webhook import (
     hook_checks,
     register_cod_admission,
@@ -45,7 +38,6 @@ from kondor_operator.webhook import (
 logger = logging.getLogger(__name__)
 
 #: Index ids: kopf passes each index to handlers as a keyword argument of this name.
-EXECUTION_POINTS_INDEX = "executionpoints"
 SLOT_POLICIES_INDEX = "slotpolicies"
 #: The admission handler's id; kopf names the webhook `<id>.<configuration name>`.
 VALIDATE_ID = "validate-slotpolicy"
@@ -55,6 +47,7 @@ def register(
     registry: kopf.OperatorRegistry,
     reconciler: Reconciler,
     nodes: NodeSource,
+    execution_points: ExecutionPointEntries,
     *,
     connection: kopf.ConnectionInfo | None = None,
     webhook: bool = True,
@@ -62,7 +55,9 @@ def register(
 ) -> None:
     """Register the operator's handlers on `registry`.
 
-    `nodes` lists and watches Node metadata (kondor_operator.kube.Kube).
+    `nodes` lists and watches Node metadata (kondor_operator.kube.Kube); `execution_points`
+    is the operator's ExecutionPoint watch, filled from its first listing before kopf starts
+    (kondor_operator.main), which touches the reconciler itself.
     `webhook_fails_closed` is the webhook's failurePolicy: Fail refuses every SlotPolicy
     write while the operator is down; Ignore (the default) admits them, and the reconciler
     reports an invalid one in its status and leaves its ExecutionPoints as they were.
@@ -77,11 +72,6 @@ def register(
         @kopf.on.login(id="login", registry=registry)
         def login(**_: Any) -> kopf.ConnectionInfo:
             return connection
-
-    @kopf.index(GROUP, VERSION, EXECUTION_POINTS, id=EXECUTION_POINTS_INDEX, registry=registry)
-    async def index_execution_point(body: kopf.Body, **_: Any) -> dict[str, ExecutionPointEntry]:
-        entry = execution_point_entry(body)
-        return {entry.observed.name: entry}
 
     @kopf.index(GROUP, VERSION, SLOT_POLICIES, id=SLOT_POLICIES_INDEX, registry=registry)
     async def index_slot_policy(body: kopf.Body, **_: Any) -> dict[str, ObservedPolicy]:
@@ -109,7 +99,7 @@ def register(
         while not await asyncio.to_thread(watch.synced.wait, 1.0):
             pass
         await asyncio.sleep(0)  # the listing's changes, queued before `synced`, are applied
-        reconciler.attach(node_index, kwargs[EXECUTION_POINTS_INDEX], kwargs[SLOT_POLICIES_INDEX])
+        reconciler.attach(node_index, execution_points, kwargs[SLOT_POLICIES_INDEX])
         tasks.append(asyncio.create_task(reconciler.run(), name="kondor reconciler"))
 
     @kopf.on.cleanup(id="stop-reconciler", registry=registry)
@@ -119,12 +109,6 @@ def register(
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
         reconciler.close()
-
-    @kopf.on.event(
-        GROUP, VERSION, EXECUTION_POINTS, id="execution-point-changed", registry=registry
-    )
-    async def execution_point_changed(name: str, **_: Any) -> None:
-        reconciler.touch(name)
 
     @kopf.on.event(GROUP, VERSION, SLOT_POLICIES, id="slot-policy-changed", registry=registry)
     async def slot_policy_changed(**_: Any) -> None:

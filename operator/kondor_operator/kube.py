@@ -1,10 +1,11 @@
 """The operator's door to the API server: connection settings, writes, Events and the Lease.
 
-kopf watches (with its own client) all but the Nodes; everything the operator *writes*
-goes through `Kube`, synchronously, from worker threads, so the reconciler takes any
-object with these methods and tests can hand it a fake. Requests are paced by a `Pacer`
+kopf watches (with its own client) all but Nodes and ExecutionPoints; everything the
+operator *writes* goes through `Kube`, synchronously, from worker threads, so the reconciler
+takes any object with these methods and tests can hand it a fake. Requests are paced by a `Pacer`
 (client-go's QPS and burst) shared by every `Kube` of the process. Nodes are listed and
-watched here as metadata only (PartialObjectMetadata), for `kondor_operator.nodewatch`.
+watched here as metadata only (PartialObjectMetadata), for `kondor_operator.nodewatch`, and
+ExecutionPoints whole, for `kondor_operator.epwatch`.
 """
 
 from __future__ import annotations
@@ -47,8 +48,9 @@ COMPONENT = "kondor-operator"
 #: metadata informers ask for): name, uid, labels and the rest of metadata, no spec, no status.
 PARTIAL_OBJECT_METADATA_LIST = "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1"
 PARTIAL_OBJECT_METADATA = "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1"
-#: Page size of a Node listing.
+#: Page size of a listing.
 LIST_PAGE = 500
+EXECUTION_POINTS_PATH = f"/apis/{GROUP}/{VERSION}/{EXECUTION_POINTS}"
 #: Events about cluster-scoped objects (Nodes, ExecutionPoints, SlotPolicies) live here, as
 #: the kubelet's Node events do; `kubectl describe` finds them.
 EVENTS_NAMESPACE = "default"
@@ -319,37 +321,65 @@ class Kube:
             raise ApiException(http_resp=response.response)
         return response.response
 
-    def list_node_metadata(self) -> tuple[list[dict[str, Any]], str]:
-        """Every Node's metadata (PartialObjectMetadataList, in pages) and the listing's
-        resourceVersion, to watch from."""
+    def _list(self, path: str, accept: str) -> tuple[list[dict[str, Any]], str]:
+        """Every object at `path` (in pages of LIST_PAGE) and the listing's resourceVersion,
+        to watch from."""
         items: list[dict[str, Any]] = []
         page = ""
         while True:
             self._pace()
             query = [("limit", str(LIST_PAGE))] + ([("continue", page)] if page else [])
-            raw = self._get("/api/v1/nodes", query, PARTIAL_OBJECT_METADATA_LIST, 60)
+            raw = self._get(path, query, accept, 60)
             listing = json.loads(raw.data)
-            items += [item.get("metadata") or {} for item in listing.get("items") or []]
+            items += listing.get("items") or []
             metadata = listing.get("metadata") or {}
             page = str(metadata.get("continue") or "")
             if not page:
                 return items, str(metadata.get("resourceVersion") or "")
 
-    def watch_node_metadata(
-        self, resource_version: str, timeout_seconds: int
+    def _watch(
+        self, path: str, accept: str, resource_version: str, timeout_seconds: int
     ) -> Iterator[dict[str, Any]]:
-        """Watch events of Node metadata from `resource_version` (with bookmarks), until the
-        server ends the watch after `timeout_seconds`: {"type": ..., "object": {...}}."""
+        """Watch events at `path` from `resource_version` (with bookmarks), until the server
+        ends the watch after `timeout_seconds`: {"type": ..., "object": {...}}."""
         query = [
             ("watch", "true"),
             ("allowWatchBookmarks", "true"),
             ("resourceVersion", resource_version),
             ("timeoutSeconds", str(timeout_seconds)),
         ]
-        raw = self._get("/api/v1/nodes", query, PARTIAL_OBJECT_METADATA, timeout_seconds + 30)
+        raw = self._get(path, query, accept, timeout_seconds + 30)
         try:
             for line in iter_resp_lines(raw):  # type: ignore[no-untyped-call]
                 if line:
                     yield json.loads(line)
         finally:
             raw.release_conn()
+
+    def list_node_metadata(self) -> tuple[list[dict[str, Any]], str]:
+        """Every Node's metadata (PartialObjectMetadataList) and the listing's
+        resourceVersion, to watch from."""
+        items, version = self._list("/api/v1/nodes", PARTIAL_OBJECT_METADATA_LIST)
+        return [item.get("metadata") or {} for item in items], version
+
+    def watch_node_metadata(
+        self, resource_version: str, timeout_seconds: int
+    ) -> Iterator[dict[str, Any]]:
+        """Watch events of Node metadata from `resource_version`."""
+        return self._watch(
+            "/api/v1/nodes", PARTIAL_OBJECT_METADATA, resource_version, timeout_seconds
+        )
+
+    # ---- ExecutionPoints, whole ---------------------------------------------------------
+
+    def list_execution_points(self) -> tuple[list[dict[str, Any]], str]:
+        """Every ExecutionPoint and the listing's resourceVersion, to watch from."""
+        return self._list(EXECUTION_POINTS_PATH, "application/json")
+
+    def watch_execution_points(
+        self, resource_version: str, timeout_seconds: int
+    ) -> Iterator[dict[str, Any]]:
+        """Watch events of ExecutionPoints from `resource_version`."""
+        return self._watch(
+            EXECUTION_POINTS_PATH, "application/json", resource_version, timeout_seconds
+        )

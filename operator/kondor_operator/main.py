@@ -33,14 +33,22 @@ import logging
 import os
 import signal
 import sys
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import kopf
 from kubernetes import client
 
 from kondor_operator import cordon, defrag, handlers, negotiator, power
+from kondor_operator.epwatch import (
+    ExecutionPointChanges,
+    ExecutionPointWatch,
+    Listener,
+    on_loop,
+)
 from kondor_operator.kube import (
     Kube,
     Pacer,
@@ -284,12 +292,41 @@ def kopf_settings(options: Options) -> kopf.OperatorSettings:
     return settings
 
 
+def fan_out(
+    loop: asyncio.AbstractEventLoop,
+    reconciler: Reconciler,
+    schedd: negotiator.Negotiator,
+    follower: power.PowerFollower,
+) -> list[Listener]:
+    """Where the ExecutionPoint watch's changes go: the reconciler (touched for a name whose
+    view changed) and the negotiator (the parsed ExecutionPoint's offers) on the event loop,
+    power's follower on its own thread."""
+
+    def on_the_loop(changes: ExecutionPointChanges) -> None:
+        for name, change in changes.items():
+            if change.entry_changed:
+                reconciler.touch(name)
+            schedd.execution_point_changed(name, change.point)
+
+    def to_power(changes: ExecutionPointChanges) -> None:
+        follower.offer([change.power_change() for change in changes.values()])
+
+    return [on_loop(loop, on_the_loop), to_power]
+
+
+async def _synced(watch: ExecutionPointWatch) -> None:
+    """Until the watch's first listing is in its table (a thread waits a second at a time,
+    so that cancelling this leaves none waiting)."""
+    while not await asyncio.to_thread(watch.synced.wait, 1.0):
+        pass
+
+
 async def run(options: Options) -> int:
     """Run until SIGTERM/SIGINT (0), until leadership is lost (1), or until kopf fails (2)."""
     configuration = load_configuration(options.kubeconfig, options.context)
-    # A connection each for the writer threads, the negotiator's, defrag, the Node watch and
-    # the Lease.
-    configuration.connection_pool_maxsize = 2 * options.write_concurrency + 5
+    # A connection each for the writer threads, the negotiator's, defrag, the Node and
+    # ExecutionPoint watches, power's follower and the Lease.
+    configuration.connection_pool_maxsize = 2 * options.write_concurrency + 7
     api_client = client.ApiClient(configuration)
     metrics = Metrics()
     if options.metrics_port:
@@ -304,20 +341,23 @@ async def run(options: Options) -> int:
         metrics,
         write_concurrency=options.write_concurrency,
     )
+    marker = power.NodeMarker(power.KubeNodes(api_client))
+    follower = power.PowerFollower(marker)
+    loop = asyncio.get_running_loop()
+    points = ExecutionPointWatch(kube, fan_out(loop, reconciler, schedd, follower))
     registry = kopf.OperatorRegistry()
     handlers.register(
         registry,
         reconciler,
         kube,
+        points,
         connection=connection_info(configuration),
         webhook=options.webhook is not None,
         webhook_fails_closed=options.webhook_failure_policy == "Fail",
     )
-    negotiator.register(registry, schedd)
+    negotiator.register(registry, schedd, points)
     defragger = defrag.Defrag(schedd, Kube(api_client, instance=options.identity, pacer=pacer))
     defrag.register(registry, defragger)
-    marker = power.NodeMarker(power.KubeNodes(api_client))
-    power.register(registry, marker)
     cordons = cordon.CordonDrains(
         schedd,
         cordon.KubeCordon(api_client),
@@ -326,7 +366,6 @@ async def run(options: Options) -> int:
     cordon.register(registry, cordons)
 
     stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stop.set)
 
@@ -352,27 +391,55 @@ async def run(options: Options) -> int:
             return 0
     metrics.set_leader(True)
 
-    kopf_stop = asyncio.Event()
-    operator = asyncio.create_task(
-        kopf.operator(
-            registry=registry,
-            settings=kopf_settings(options),
-            clusterwide=True,
-            standalone=True,
-            stop_flag=kopf_stop,
-        ),
-        name="kopf",
-    )
-    # kopf installs its own SIGTERM/SIGINT handlers: a signal ends `operator`, not `stop`.
+    # The ExecutionPoint watch writes nothing; it starts with the leadership.
+    watch_stop = threading.Event()
+    follower.start()
+    points.start(watch_stop)
+    try:
+        return await _operate(options, registry, points, stop, elector)
+    finally:
+        watch_stop.set()
+        follower.close()
+
+
+async def _operate(
+    options: Options,
+    registry: kopf.OperatorRegistry,
+    points: ExecutionPointWatch,
+    stop: asyncio.Event,
+    elector: LeaderElector | None,
+) -> int:
+    """Hold the Lease; run kopf once the ExecutionPoint watch's first listing is in its table
+    (no handler sees part of the fleet), until kopf stops (2 when it failed, else 0), `stop`
+    is set (0) or the Lease is lost (1)."""
     stopped = asyncio.create_task(stop.wait(), name="stop")
-    waiting: set[asyncio.Task[None] | asyncio.Task[bool]] = {operator, stopped}
+    ending: set[asyncio.Task[Any]] = {stopped}
     lost = None
     if elector is not None:
         lost = asyncio.create_task(elector.hold(), name="lease")
-        waiting.add(lost)
-    done, _ = await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
-    kopf_stop.set()
-    [outcome] = await asyncio.gather(operator, return_exceptions=True)
+        ending.add(lost)
+    syncing = asyncio.create_task(_synced(points), name="executionpoints listed")
+    done, _ = await asyncio.wait({syncing, *ending}, return_when=asyncio.FIRST_COMPLETED)
+    outcome: object = None
+    if syncing in done:
+        kopf_stop = asyncio.Event()
+        operator = asyncio.create_task(
+            kopf.operator(
+                registry=registry,
+                settings=kopf_settings(options),
+                clusterwide=True,
+                standalone=True,
+                stop_flag=kopf_stop,
+            ),
+            name="kopf",
+        )
+        # kopf installs its own SIGTERM/SIGINT handlers: a signal ends `operator`, not `stop`.
+        done, _ = await asyncio.wait({operator, *ending}, return_when=asyncio.FIRST_COMPLETED)
+        kopf_stop.set()
+        [outcome] = await asyncio.gather(operator, return_exceptions=True)
+    else:
+        syncing.cancel()
+        await asyncio.gather(syncing, return_exceptions=True)
     stopped.cancel()
     failed = isinstance(outcome, BaseException) and not isinstance(outcome, asyncio.CancelledError)
     if failed:

@@ -1,9 +1,11 @@
-"""The operator's schedd and negotiator loop: gather from kopf's indexes, call
-`kondor_core.negotiation.schedd`, write what it decided.
+"""The operator's schedd and negotiator loop: gather from kopf's indexes and the operator's
+ExecutionPoint table, call `kondor_core.negotiation.schedd`, write what it decided.
 
-ExecutionJobs (all namespaces), ExecutionPoints and the Pool reach it through `@kopf.index`
-(DESIGN.md, "Scale": no change-detecting handlers, so no annotation writes on jobs), and
-`@kopf.on.event` handlers only mark what changed. One task does every write, serially:
+ExecutionJobs (all namespaces) and the Pool reach it through `@kopf.index` (DESIGN.md,
+"Scale": no change-detecting handlers, so no annotation writes on jobs), and
+`@kopf.on.event` handlers only mark what changed. ExecutionPoints come parsed from the
+operator's own watch (`kondor_operator.epwatch`): its table for the cycles, its changes to
+`execution_point_changed`. One task does every write, serially:
 
 - after a job event (debounced), the job follows its commands and the agent's answer
   (`schedd.follow`), a new job getting its ClusterId;
@@ -41,7 +43,6 @@ from pydantic import ValidationError
 from kondor_core.api import (
     DEFAULT_POOL,
     EXECUTION_JOBS,
-    EXECUTION_POINTS,
     GROUP,
     POOLS,
     VERSION,
@@ -64,11 +65,16 @@ logger = logging.getLogger(__name__)
 
 #: Index ids (kopf passes each index to handlers as a keyword argument of this name).
 JOBS_INDEX = "negotiator_jobs"
-EXECUTION_POINTS_INDEX = "negotiator_executionpoints"
 POOLS_INDEX = "negotiator_pools"
 
 #: kopf's index: key -> the values the indexed objects gave for it.
 Index = Mapping[Any, Collection[Any]]
+
+
+class ExecutionPointSource(Protocol):
+    """The ExecutionPoints, parsed (kondor_operator.epwatch's table, or a fake in tests)."""
+
+    def execution_points(self) -> list[ExecutionPoint]: ...
 
 
 class JobWriter(Protocol):
@@ -124,17 +130,6 @@ def job_entry(body: Mapping[str, Any]) -> JobEntry | None:
     return JobEntry(job, str(version) if version else None)
 
 
-def execution_point_entry(body: Mapping[str, Any]) -> ExecutionPoint | None:
-    """The ExecutionPoint with its slot ads; None (with a warning) when it does not parse."""
-    data = {key: value for key, value in _plain(body).items() if value is not None}
-    try:
-        return ExecutionPoint.model_validate(data)
-    except ValidationError as error:
-        name = (data.get("metadata") or {}).get("name")
-        logger.warning("ExecutionPoint %s not offered: %s", name, "; ".join(describe_errors(error)))
-        return None
-
-
 def pool_entry(body: Mapping[str, Any]) -> PoolSpec:
     """The Pool's settings (its spec with its condorConfig applied); the defaults (with a
     warning) when the spec does not parse, the spec alone when the snippet does not."""
@@ -164,18 +159,17 @@ def pool_status(body: Mapping[str, Any] | None) -> PoolStatus | None:
         return None
 
 
-def offer_signature(body: Mapping[str, Any]) -> tuple[Any, ...]:
+def offer_signature(point: ExecutionPoint) -> tuple[Any, ...]:
     """What of an ExecutionPoint a cycle's offers depend on, without the clock and the
     heartbeat time: an agent's periodic report that changes none of it starts no cycle."""
-    status = body.get("status") or {}
-    operator = status.get("operator") or {}
-    slots = status.get("slots") or []
+    status = point.status
+    if status is None:
+        return (None, ())
     return (
-        operator.get("heartbeat"),
+        status.operator.heartbeat,
         tuple(
-            tuple(slot.get(key) for key in ("name", "state", "activity", "cpus", "memory", "gpus"))
-            for slot in slots
-            if isinstance(slot, Mapping)
+            (slot.name, slot.state, slot.activity, slot.cpus, slot.memory, slot.gpus)
+            for slot in status.slots
         ),
     )
 
@@ -232,7 +226,7 @@ class Negotiator:
         self._accountant_read = False
         self.leading = True
         self._jobs: Index | None = None
-        self._execution_points: Index | None = None
+        self._execution_points: ExecutionPointSource | None = None
         self._pools: Index | None = None
         self._dirty: set[str] = set()
         self._pool_generation: int | None = None
@@ -246,8 +240,9 @@ class Negotiator:
 
     # -- inputs
 
-    def attach(self, jobs: Index, execution_points: Index, pools: Index) -> None:
-        """Read from kopf's indexes (live mappings kopf keeps current)."""
+    def attach(self, jobs: Index, execution_points: ExecutionPointSource, pools: Index) -> None:
+        """Read from kopf's indexes (live mappings kopf keeps current) and the ExecutionPoint
+        table."""
         self._jobs, self._execution_points, self._pools = jobs, execution_points, pools
         self.cycle_soon()
 
@@ -261,9 +256,10 @@ class Negotiator:
             self._soon = True
         self._wake.set()
 
-    def execution_point_changed(self, name: str, body: Mapping[str, Any] | None) -> None:
-        """An ExecutionPoint's watch event: a cycle soon when what it offers changed."""
-        signature = offer_signature(body) if body is not None else None
+    def execution_point_changed(self, name: str, point: ExecutionPoint | None) -> None:
+        """An ExecutionPoint's watch event (`point` None: gone, or it does not parse): a
+        cycle soon when what it offers changed."""
+        signature = offer_signature(point) if point is not None else None
         if signature is None:
             self._offers_seen.pop(name, None)
             return
@@ -303,9 +299,8 @@ class Negotiator:
         return jobs
 
     def execution_points(self) -> list[ExecutionPoint]:
-        return [
-            ep for ep in _single(self._execution_points).values() if isinstance(ep, ExecutionPoint)
-        ]
+        source = self._execution_points
+        return source.execution_points() if source is not None else []
 
     # -- one pass
 
@@ -494,8 +489,13 @@ def _frees(entry: JobEntry, change: JobChange) -> bool:
 # ---- kopf registration ---------------------------------------------------------------------------
 
 
-def register(registry: kopf.OperatorRegistry, negotiator: Negotiator) -> None:
-    """Register the negotiator's indexes, event handlers and its task on `registry`."""
+def register(
+    registry: kopf.OperatorRegistry,
+    negotiator: Negotiator,
+    execution_points: ExecutionPointSource,
+) -> None:
+    """Register the negotiator's indexes, event handlers and its task on `registry`; it reads
+    `execution_points` (the operator's watch, which also tells it of their changes)."""
     tasks: list[asyncio.Task[None]] = []
 
     @kopf.index(GROUP, VERSION, EXECUTION_JOBS, id=JOBS_INDEX, registry=registry)
@@ -503,18 +503,13 @@ def register(registry: kopf.OperatorRegistry, negotiator: Negotiator) -> None:
         entry = job_entry(body)
         return {entry.key: entry} if entry is not None else {}
 
-    @kopf.index(GROUP, VERSION, EXECUTION_POINTS, id=EXECUTION_POINTS_INDEX, registry=registry)
-    def index_execution_point(name: str, body: kopf.Body, **_: Any) -> dict[str, ExecutionPoint]:
-        entry = execution_point_entry(body)
-        return {name: entry} if entry is not None else {}
-
     @kopf.index(GROUP, VERSION, POOLS, id=POOLS_INDEX, registry=registry)
     def index_pool(name: str, body: kopf.Body, **_: Any) -> dict[str, PoolSpec]:
         return {name: pool_entry(body)}
 
     @kopf.on.startup(id="start-negotiator", registry=registry)
     async def start_negotiator(**kwargs: Any) -> None:
-        negotiator.attach(kwargs[JOBS_INDEX], kwargs[EXECUTION_POINTS_INDEX], kwargs[POOLS_INDEX])
+        negotiator.attach(kwargs[JOBS_INDEX], execution_points, kwargs[POOLS_INDEX])
         tasks.append(asyncio.create_task(negotiator.run(), name="kondor negotiator"))
 
     @kopf.on.cleanup(id="stop-negotiator", registry=registry)
@@ -526,14 +521,6 @@ def register(registry: kopf.OperatorRegistry, negotiator: Negotiator) -> None:
     @kopf.on.event(GROUP, VERSION, EXECUTION_JOBS, id="job-changed", registry=registry)
     async def job_changed(namespace: str | None, name: str, type: str | None, **_: Any) -> None:
         negotiator.job_changed(job_key(namespace or "", name), type)
-
-    @kopf.on.event(
-        GROUP, VERSION, EXECUTION_POINTS, id="negotiator-execution-point", registry=registry
-    )
-    async def execution_point_changed(
-        name: str, body: kopf.Body, type: str | None, **_: Any
-    ) -> None:
-        negotiator.execution_point_changed(name, None if type == "DELETED" else body)
 
     @kopf.on.event(GROUP, VERSION, POOLS, id="pool-changed", registry=registry)
     async def pool_changed(body: kopf.Body, type: str | None, **_: Any) -> None:

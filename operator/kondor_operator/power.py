@@ -12,23 +12,24 @@ Turned off (the interval back to 0, or the ExecutionPoint deleted because no Slo
 selects the node), Kondor's annotations go and scale-down-disabled is put back as it was
 before Kondor first took it (recorded on the node, `kondor.io/scale-down-disabled-original`).
 
-ExecutionPoints reach it through watch events (`@kopf.on.event`, no annotation written on
-them); each Node is read once (again after a failed write or a change of leadership), then only
-written when what it should carry changes. It needs
-nodes get/patch, and writes nothing unless this replica leads.
+ExecutionPoints reach it from the operator's ExecutionPoint watch (`kondor_operator.epwatch`),
+already parsed, through a `PowerFollower`: a thread of its own, so that a node's read or write
+never holds up the watch, which hands it only the changes that may need one (a new power
+state, a node not known here). Each Node is read once (again after a failed write or a change
+of leadership), then only written when what it should carry changes. It needs nodes
+get/patch, and writes nothing unless this replica leads.
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
+import threading
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any, Protocol
 
-import kopf
 from pydantic import ValidationError
 
-from kondor_core.api import EXECUTION_POINTS, GROUP, VERSION
 from kondor_core.api.executionpoint import PowerStatus
 from kondor_core.startd.power import ORIGINAL_ANNOTATION, node_annotations
 
@@ -139,25 +140,84 @@ class NodeMarker:
         logger.info("node %s: scale-down annotations %s", node, patch)
         return patch
 
+    def knows(self, node: str) -> bool:
+        """Whether the node's annotations are known here (read, and not forgotten since)."""
+        return node in self._known
 
-def follow_event(marker: NodeMarker, body: Mapping[str, Any], type: str | None) -> None:
-    """One watch event of an ExecutionPoint: its node follows its power. A deleted one (no
+
+def follow_power(marker: NodeMarker, node: str, power: PowerStatus | None, gone: bool) -> None:
+    """One ExecutionPoint's power, now: its node follows it. A deleted one (`gone`: no
     SlotPolicy selects its node any more) has no power management: the node gets back what
     it carried before Kondor marked it, and is forgotten."""
-    node = (body.get("spec") or {}).get("nodeName")
     if not node:
         return
-    power = None if type == "DELETED" else power_of(body)
     try:
-        marker.follow(str(node), power)
+        marker.follow(node, None if gone else power)
     except Exception as error:  # the next event (the agent's heartbeat) tries again
-        marker.forget(str(node))
+        marker.forget(node)
         logger.warning("node %s: scale-down annotations not written: %s", node, error)
-    if type == "DELETED":
-        marker.forget(str(node))
+    if gone:
+        marker.forget(node)
 
 
-def register(registry: kopf.OperatorRegistry, marker: NodeMarker) -> None:
-    @kopf.on.event(GROUP, VERSION, EXECUTION_POINTS, id="power-mark", registry=registry)
-    async def execution_point_power(body: kopf.Body, type: str | None, **_: Any) -> None:
-        await asyncio.to_thread(follow_event, marker, body, type)
+@dataclass(frozen=True)
+class PowerChange:
+    """An ExecutionPoint's node and power as a watch event left them."""
+
+    node: str
+    power: PowerStatus | None
+    #: The ExecutionPoint is gone (deleted).
+    gone: bool = False
+    #: The power is the one this node had before the event: nothing to do unless the marker
+    #: does not know the node (never read, forgotten after a failure or a new leadership).
+    unchanged: bool = False
+
+
+class PowerFollower:
+    """Hands ExecutionPoint power changes to a `NodeMarker` on a thread of its own.
+
+    `offer` (from the watch's thread) keeps the latest change per node and wakes the thread,
+    which follows them in turn: a burst of events for one node is one look, and the node
+    reads and writes never hold up the watch."""
+
+    def __init__(self, marker: NodeMarker) -> None:
+        self.marker = marker
+        self._pending: dict[str, PowerChange] = {}
+        self._wake = threading.Condition()
+        self._closed = False
+
+    def offer(self, changes: list[PowerChange]) -> None:
+        wanted = [c for c in changes if c.node and not (c.unchanged and self.marker.knows(c.node))]
+        if not wanted:
+            return
+        with self._wake:
+            for change in wanted:
+                self._pending[change.node] = change
+            self._wake.notify()
+
+    def drain(self) -> int:
+        """Follow every pending change (from the follower's thread, or a test); how many."""
+        with self._wake:
+            pending, self._pending = self._pending, {}
+        for change in pending.values():
+            follow_power(self.marker, change.node, change.power, change.gone)
+        return len(pending)
+
+    def run(self) -> None:
+        while True:
+            with self._wake:
+                while not self._pending and not self._closed:
+                    self._wake.wait()
+                if self._closed:
+                    return
+            self.drain()
+
+    def start(self) -> threading.Thread:
+        thread = threading.Thread(target=self.run, name="power-follower", daemon=True)
+        thread.start()
+        return thread
+
+    def close(self) -> None:
+        with self._wake:
+            self._closed = True
+            self._wake.notify()

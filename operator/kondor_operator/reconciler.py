@@ -1,15 +1,15 @@
-"""The fleet reconciler: gather from the operator's indexes, call `kondor_core.fleet`, apply.
+"""The fleet reconciler: gather from the operator's tables, call `kondor_core.fleet`, apply.
 
-ExecutionPoints and SlotPolicies reach the operator through `@kopf.index`
-(DESIGN.md, "Scale"), Nodes through a metadata-only watch of the operator's own
-(`kondor_operator.nodewatch`): kopf starts no handler until every index is filled
-from its first listing, and the handlers attach the reconciler only once the Node
-watch has listed every Node, so the first pass sees the whole cluster. Event
-handlers only `touch` the names an event concerns; one task drains them, a burst of
-events becoming one pass. A pass plans only what was touched (an agent's heartbeat
-costs a plan of its own ExecutionPoint, not of the fleet); a full pass every `resync`
-seconds re-judges heartbeats, which go stale with time and no event, and refreshes
-the fleet gauges.
+SlotPolicies reach the operator through `@kopf.index` (DESIGN.md, "Scale"), Nodes and
+ExecutionPoints through watches of the operator's own (`kondor_operator.nodewatch`:
+metadata only; `kondor_operator.epwatch`: one parsed table shared with the negotiator and
+power management). The ExecutionPoint table is filled from its first listing before kopf
+starts, and the handlers attach the reconciler only once the Node watch has listed every
+Node, so the first pass sees the whole cluster. Watch events only `touch` the names they
+concern; one task drains them, a burst of events becoming one pass. A pass plans only what
+was touched (an agent's heartbeat costs a plan of its own ExecutionPoint, not of the fleet);
+a full pass every `resync` seconds re-judges heartbeats, which go stale with time and no
+event, and refreshes the fleet gauges.
 
 A pass's writes go out on a bounded pool of `concurrency` threads, the writes of one
 ExecutionPoint in order on one of them; its Events after, one per change while the
@@ -34,6 +34,7 @@ from kubernetes.client.exceptions import ApiException
 from pydantic import BaseModel, ValidationError
 
 from kondor_core.api import (
+    ExecutionPoint,
     ExecutionPointSpec,
     ExecutionPointStatus,
     ObjectMeta,
@@ -80,6 +81,14 @@ Index = Mapping[str, Collection[Any]]
 M = TypeVar("M", bound=BaseModel)
 
 
+class ExecutionPointEntries(Protocol):
+    """The ExecutionPoints as their watch has them (kondor_operator.epwatch, or a fake)."""
+
+    def entries(self, names: Collection[str] | None = None) -> dict[str, ExecutionPointEntry]:
+        """name -> the reconciler's view: all, or those of `names` that exist."""
+        ...
+
+
 class Writer(Protocol):
     """The writes the reconciler makes (kondor_operator.kube.Kube, or a fake in tests)."""
 
@@ -91,12 +100,14 @@ class Writer(Protocol):
     def post_event(self, ref: ObjectRef, event: Event) -> None: ...
 
 
-# ---- index values: what each watched object contributes -----------------------------------
+# ---- what each watched object contributes ---------------------------------------------------
 #
 # Bodies are read through the kondor_core.api models (which copy them: kopf's bodies are live
-# views of the watch stream). Metadata comes from the API server and is trusted to parse. A
-# status that does not parse (an older version's, a hand edit) is read as empty, with a
-# warning, and the operator's next write replaces its own part of it.
+# views of the watch stream). Metadata comes from the API server and is trusted to parse. An
+# ExecutionPoint is parsed once, whole, by its watch (`execution_point_view` reads the parsed
+# model); one whose status does not parse (an older version's, a hand edit) is read in parts
+# (`execution_point_entry`), what does not parse as empty, with a warning, and the operator's
+# next write replaces its own part of it.
 
 
 def _metadata(body: Mapping[str, Any]) -> ObjectMeta:
@@ -151,6 +162,7 @@ def _execution_point_status(name: str, raw: Any) -> ExecutionPointStatus:
 
 
 def execution_point_entry(body: Mapping[str, Any]) -> ExecutionPointEntry:
+    """The reconciler's view of an ExecutionPoint body, read in parts: what parses of it."""
     metadata = _metadata(body)
     name = metadata.name
     spec = _read(
@@ -159,12 +171,22 @@ def execution_point_entry(body: Mapping[str, Any]) -> ExecutionPointEntry:
         f"ExecutionPoint {name}: spec",
         ExecutionPointSpec(node_name=""),
     )
-    status = _execution_point_status(name, body.get("status"))
+    return _entry(metadata, spec, _execution_point_status(name, body.get("status")))
+
+
+def execution_point_view(point: ExecutionPoint) -> ExecutionPointEntry:
+    """The reconciler's view of a parsed ExecutionPoint (no parsing again)."""
+    return _entry(point.metadata, point.spec, point.status or ExecutionPointStatus())
+
+
+def _entry(
+    metadata: ObjectMeta, spec: ExecutionPointSpec, status: ExecutionPointStatus
+) -> ExecutionPointEntry:
     owners = [
         ref for ref in metadata.owner_references if ref.kind == "Node" and ref.api_version == "v1"
     ]
     observed = ObservedExecutionPoint(
-        name=name,
+        name=metadata.name,
         node_name=spec.node_name,
         policy=spec.policy if spec.policy is not None and spec.policy.name else None,
         managed=metadata.labels.get(MANAGED_BY_LABEL) == MANAGED_BY,
@@ -211,7 +233,7 @@ def _single(index: Index, names: Iterable[str] | None = None) -> dict[str, Any]:
 
 @dataclass
 class Snapshot:
-    """The world as the indexes had it at the start of a pass (a touched pass: the nodes
+    """The world as the tables had it at the start of a pass (a touched pass: the nodes
     and ExecutionPoints it touched; the policies always)."""
 
     nodes: dict[str, NodeFacts]
@@ -262,7 +284,7 @@ class Reconciler:
         self.concurrency = max(1, concurrency)
         self.event_burst = event_burst
         self.event_rate = event_rate
-        self._indexes: tuple[Index, Index, Index] | None = None
+        self._indexes: tuple[Index, ExecutionPointEntries, Index] | None = None
         self._dirty: set[str] = set()
         self._all = True
         self._nodes_changed = False
@@ -276,8 +298,10 @@ class Reconciler:
         self._heartbeats: Counter[str] = Counter()
         self._slots: Counter[tuple[str, str]] = Counter()
 
-    def attach(self, nodes: Index, execution_points: Index, slot_policies: Index) -> None:
-        """Read from these indexes (live mappings their watches keep current)."""
+    def attach(
+        self, nodes: Index, execution_points: ExecutionPointEntries, slot_policies: Index
+    ) -> None:
+        """Read from these tables (live views their watches keep current)."""
         self._indexes = (nodes, execution_points, slot_policies)
         self.touch_all()
 
@@ -301,7 +325,7 @@ class Reconciler:
         if self._indexes is None:
             return Snapshot({}, {}, {})
         nodes, eps, policies = self._indexes
-        return Snapshot(_single(nodes, only), _single(eps, only), _single(policies))
+        return Snapshot(_single(nodes, only), eps.entries(only), _single(policies))
 
     def check(self, policy: ObservedPolicy) -> CheckedPolicy:
         """check_policy, remembered per spec (a pass re-checks nothing that did not change)."""

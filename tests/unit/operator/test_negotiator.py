@@ -14,6 +14,7 @@ import yaml
 
 from kondor_core import startd
 from kondor_core.api import (
+    ExecutionPoint,
     Machine,
     PoolSpec,
     SlotPolicySpec,
@@ -24,7 +25,6 @@ from kondor_core.config import compile_policy
 from kondor_operator.metrics import Metrics
 from kondor_operator.negotiator import (
     Negotiator,
-    execution_point_entry,
     job_entry,
     offer_signature,
     pool_entry,
@@ -101,10 +101,21 @@ def ep_body(name: str) -> dict[str, Any]:
     }
 
 
+def point(name: str) -> ExecutionPoint:
+    return ExecutionPoint.model_validate(ep_body(name))
+
+
+class Points(dict[str, ExecutionPoint]):
+    """The ExecutionPoint watch's table, as the negotiator reads it."""
+
+    def execution_points(self) -> list[ExecutionPoint]:
+        return list(self.values())
+
+
 class World:
     def __init__(self) -> None:
         self.kube = FakeKube()
-        self.eps: dict[str, list[Any]] = {}
+        self.eps = Points()
         self.pools: dict[str, list[Any]] = {}
         self.negotiator = Negotiator(self.kube, Metrics(), clock=lambda: NOW)
         self.index: dict[str, list[Any]] = {}
@@ -127,8 +138,7 @@ class World:
 
 def test_a_new_job_gets_a_cluster_id_and_is_matched_in_one_pass() -> None:
     world = World()
-    ep = execution_point_entry(ep_body("node-a"))
-    world.eps["node-a"] = [ep]
+    world.eps["node-a"] = point("node-a")
     world.kube.add(job_body("j1", requestCpus=2))
     world.kube.add(job_body("j2", requestCpus=2))
     world.sync()
@@ -148,7 +158,7 @@ def test_a_new_job_gets_a_cluster_id_and_is_matched_in_one_pass() -> None:
 
 def test_a_stale_index_does_not_match_a_job_twice() -> None:
     world = World()
-    world.eps["node-a"] = [execution_point_entry(ep_body("node-a"))]
+    world.eps["node-a"] = point("node-a")
     world.kube.add(job_body("j1", requestCpus=4))
     world.kube.add(job_body("j2", requestCpus=4))
     world.sync()
@@ -164,7 +174,7 @@ def test_a_stale_index_does_not_match_a_job_twice() -> None:
 
 def test_the_agent_s_answers_are_followed() -> None:
     world = World()
-    world.eps["node-a"] = [execution_point_entry(ep_body("node-a"))]
+    world.eps["node-a"] = point("node-a")
     world.kube.add(job_body("j1"))
     world.sync()
     world.negotiator.run_once(set(), cycle=True)
@@ -191,7 +201,7 @@ def test_the_agent_s_answers_are_followed() -> None:
 
 def test_nothing_is_written_while_not_leading() -> None:
     world = World()
-    world.eps["node-a"] = [execution_point_entry(ep_body("node-a"))]
+    world.eps["node-a"] = point("node-a")
     world.kube.add(job_body("j1"))
     world.sync()
     world.negotiator.set_leading(False)
@@ -215,15 +225,16 @@ def test_a_heartbeat_alone_does_not_change_the_offer_signature() -> None:
     later = copy.deepcopy(body)
     later["status"]["lastHeartbeat"] = format_time(NOW + 30)
     later["status"]["slots"][0]["ad"]["MyCurrentTime"] = int(NOW + 30)
-    assert offer_signature(body) == offer_signature(later)
+    signature = offer_signature(ExecutionPoint.model_validate(body))
+    assert signature == offer_signature(ExecutionPoint.model_validate(later))
     claimed = copy.deepcopy(body)
     claimed["status"]["slots"][0]["cpus"] = 2
-    assert offer_signature(body) != offer_signature(claimed)
+    assert signature != offer_signature(ExecutionPoint.model_validate(claimed))
 
 
 def test_the_accountant_is_kept_in_the_pool_status_and_survives_a_restart() -> None:
     world = World()
-    world.eps["node-a"] = [execution_point_entry(ep_body("node-a"))]
+    world.eps["node-a"] = point("node-a")
     world.kube.add(job_body("j1", requestCpus=2))
     world.kube.add(job_body("j2", requestCpus=2, owner="bob"))
     world.sync()

@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 
 from kondor_operator.metrics import Metrics
-from kondor_operator.negotiator import Negotiator, execution_point_entry
+from kondor_operator.negotiator import Negotiator
 
-from .test_negotiator import NOW, FakeKube, World, ep_body, job_body
+from .test_negotiator import NOW, FakeKube, World, job_body, point
 
 pytestmark = pytest.mark.timeout(10)
 
@@ -51,7 +51,7 @@ def _world(concurrency: int, delay: float, jobs: int) -> tuple[World, SlowKube]:
     world.negotiator = Negotiator(kube, Metrics(), clock=lambda: NOW, write_concurrency=concurrency)
     world.negotiator.attach(world.index, world.eps, world.pools)
     for node in ("node-a", "node-b", "node-c", "node-d"):
-        world.eps[node] = [execution_point_entry(ep_body(node))]  # 4 cores each
+        world.eps[node] = point(node)  # 4 cores each
     for index in range(jobs):
         kube.add(job_body(f"j{index:02d}"))
     world.sync()

@@ -45,14 +45,10 @@ from kondor_core.fleet import (
     plan_execution_points,
     plan_policy_statuses,
 )
+from kondor_operator.epwatch import ExecutionPointTable
 from kondor_operator.kube import ObjectRef
 from kondor_operator.metrics import Metrics
-from kondor_operator.reconciler import (
-    Reconciler,
-    execution_point_entry,
-    node_entry,
-    slot_policy_entry,
-)
+from kondor_operator.reconciler import Reconciler, node_entry, slot_policy_entry
 
 NOW = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
 
@@ -165,9 +161,11 @@ class Server:
     def reconcile(self) -> list[tuple[str, str, Any]]:
         """One full pass of a reconciler that sees the stored objects; the writes it made."""
         subject = Reconciler(self, Metrics(), clock=lambda: NOW)
+        points = ExecutionPointTable()
+        points.relist(list(self.eps.values()))
         subject.attach(
             {name: [node_entry(body)] for name, body in self.nodes.items()},
-            {name: [execution_point_entry(body)] for name, body in self.eps.items()},
+            points,
             {name: [slot_policy_entry(body)] for name, body in self.policies.items()},
         )
         start = len(self.writes)

@@ -3,6 +3,7 @@ once, writes only changes, and writes nothing unless it leads."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping
 
 import pytest
@@ -13,7 +14,13 @@ from kondor_core.startd.power import (
     SCALE_DOWN_DISABLED,
     SLEEP_STATE_ANNOTATION,
 )
-from kondor_operator.power import NodeMarker, follow_event, power_of
+from kondor_operator.power import (
+    NodeMarker,
+    PowerChange,
+    PowerFollower,
+    follow_power,
+    power_of,
+)
 
 
 class FakeNodes:
@@ -137,50 +144,95 @@ def test_a_power_status_that_does_not_parse_is_ignored() -> None:
     assert parsed is not None and parsed.sleep_state == "RAM"
 
 
-def _ep(power: dict[str, object] | None) -> dict[str, object]:
-    return {"spec": {"nodeName": "n"}, "status": {"power": power} if power else {}}
+def _power(state: str | None = "S3") -> PowerStatus:
+    return PowerStatus(sleep_state=state, since="t")
 
 
 def test_a_deleted_execution_point_gives_its_node_back() -> None:
     """No SlotPolicy selects the node any more: the operator deletes its ExecutionPoint, and
-    the watch's DELETED event (whose body still carries the last status) unmarks the node."""
+    the watch's DELETED event unmarks the node."""
     nodes = FakeNodes()
     nodes.annotations["n"][SCALE_DOWN_DISABLED] = "false"
     marker = NodeMarker(nodes)
-    asleep = _ep({"sleepState": "S3", "since": "t"})
-    follow_event(marker, asleep, None)
-    follow_event(marker, asleep, "MODIFIED")
+    follow_power(marker, "n", _power(), gone=False)
+    follow_power(marker, "n", _power(), gone=False)
     assert nodes.annotations["n"][SLEEP_STATE_ANNOTATION] == "S3"
-    follow_event(marker, asleep, "DELETED")
+    follow_power(marker, "n", _power(), gone=True)
     assert nodes.annotations["n"] == {"owner": "ops", SCALE_DOWN_DISABLED: "false"}
-    follow_event(marker, _ep(None), "ADDED")  # forgotten: read again
+    assert not marker.knows("n")
+    follow_power(marker, "n", None, gone=False)  # forgotten: read again
     assert nodes.reads == 2
 
 
 def test_an_interval_back_to_zero_gives_the_node_back() -> None:
     nodes = FakeNodes()
     marker = NodeMarker(nodes)
-    follow_event(marker, _ep({"sleepState": None, "since": "t"}), "MODIFIED")
+    follow_power(marker, "n", _power(None), gone=False)
     assert nodes.annotations["n"][SCALE_DOWN_DISABLED] == "true"
-    follow_event(marker, _ep(None), "MODIFIED")  # the agent dropped status.power
+    follow_power(marker, "n", None, gone=False)  # the agent dropped status.power
     assert nodes.annotations["n"] == {"owner": "ops"}
 
 
+class Failing(FakeNodes):
+    fail = True
+
+    def patch_node_annotations(self, name: str, patch: Mapping[str, str | None]) -> None:
+        if self.fail:
+            self.fail = False
+            raise RuntimeError("the API server is away")
+        super().patch_node_annotations(name, patch)
+
+
 def test_a_failed_write_is_tried_again_on_the_next_event() -> None:
-    class Failing(FakeNodes):
-        fail = True
-
-        def patch_node_annotations(self, name: str, patch: Mapping[str, str | None]) -> None:
-            if self.fail:
-                self.fail = False
-                raise RuntimeError("the API server is away")
-            super().patch_node_annotations(name, patch)
-
     nodes = Failing()
     marker = NodeMarker(nodes)
-    asleep = _ep({"sleepState": "S3", "since": "t"})
-    follow_event(marker, asleep, "MODIFIED")
+    follow_power(marker, "n", _power(), gone=False)
     assert SLEEP_STATE_ANNOTATION not in nodes.annotations["n"]
-    follow_event(marker, asleep, "MODIFIED")
+    follow_power(marker, "n", _power(), gone=False)
     assert nodes.annotations["n"][SLEEP_STATE_ANNOTATION] == "S3"
     assert nodes.reads == 2
+
+
+def test_the_follower_looks_once_per_node_and_skips_heartbeats_of_a_known_node() -> None:
+    """The watch offers every change; a heartbeat with the power the node already had is
+    dropped once the node is known, a burst for one node is one look, the latest power."""
+    nodes = FakeNodes()
+    nodes.annotations["m"] = {}
+    follower = PowerFollower(NodeMarker(nodes))
+    follower.offer([PowerChange("n", _power("RAM")), PowerChange("n", _power("S3"))])
+    follower.offer([PowerChange("m", None, unchanged=True)])  # unknown node: looked at
+    assert follower.drain() == 2
+    assert nodes.annotations["n"][SLEEP_STATE_ANNOTATION] == "S3"
+    assert nodes.reads == 2 and len(nodes.patches) == 1
+    follower.offer([PowerChange("n", _power("S3"), unchanged=True), PowerChange("", None)])
+    assert follower.drain() == 0, "a heartbeat of a known node, and no node name"
+    follower.offer([PowerChange("n", None, gone=True)])
+    assert follower.drain() == 1
+    assert SLEEP_STATE_ANNOTATION not in nodes.annotations["n"]
+    follower.offer([PowerChange("n", None, unchanged=True)])  # forgotten once gone: read again
+    assert follower.drain() == 1 and nodes.reads == 3
+
+
+def test_after_a_failed_write_the_next_heartbeat_is_looked_at_again() -> None:
+    nodes = Failing()
+    follower = PowerFollower(NodeMarker(nodes))
+    follower.offer([PowerChange("n", _power())])
+    follower.drain()
+    assert SLEEP_STATE_ANNOTATION not in nodes.annotations["n"]
+    follower.offer([PowerChange("n", _power(), unchanged=True)])  # the node was forgotten
+    assert follower.drain() == 1
+    assert nodes.annotations["n"][SLEEP_STATE_ANNOTATION] == "S3"
+
+
+def test_the_follower_thread_follows_offers_and_stops_when_closed() -> None:
+    nodes = FakeNodes()
+    follower = PowerFollower(NodeMarker(nodes))
+    thread = follower.start()
+    follower.offer([PowerChange("n", _power())])
+    deadline = time.monotonic() + 5
+    while SLEEP_STATE_ANNOTATION not in nodes.annotations["n"] and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert nodes.annotations["n"][SLEEP_STATE_ANNOTATION] == "S3"
+    follower.close()
+    thread.join(5)
+    assert not thread.is_alive()

@@ -1,4 +1,5 @@
-"""The reconciler between kopf's indexes and the API: what it writes, announces and counts."""
+"""The reconciler between its tables (kopf's indexes, the ExecutionPoint watch's table) and
+the API: what it writes, announces and counts."""
 
 from __future__ import annotations
 
@@ -10,14 +11,10 @@ from datetime import UTC, datetime
 from typing import Any
 
 from kondor_core.fleet import Event, check_policy
+from kondor_operator.epwatch import ExecutionPointTable
 from kondor_operator.kube import ObjectRef
 from kondor_operator.metrics import Metrics
-from kondor_operator.reconciler import (
-    Reconciler,
-    execution_point_entry,
-    node_entry,
-    slot_policy_entry,
-)
+from kondor_operator.reconciler import Reconciler, node_entry, slot_policy_entry
 
 NOW = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
 
@@ -69,6 +66,13 @@ def index(entries: dict[str, Any]) -> dict[str, list[Any]]:
     return {key: [value] for key, value in entries.items()}
 
 
+def table(eps: list[dict[str, Any]]) -> ExecutionPointTable:
+    """The ExecutionPoint watch's table, filled as by a listing."""
+    points = ExecutionPointTable()
+    points.relist(eps)
+    return points
+
+
 def reconciler(
     nodes: list[dict[str, Any]], policies: list[dict[str, Any]], eps: list[dict[str, Any]]
 ) -> tuple[Reconciler, Writer, Metrics]:
@@ -76,7 +80,7 @@ def reconciler(
     subject = Reconciler(writer, metrics, clock=lambda: NOW)
     subject.attach(
         index({n["metadata"]["name"]: node_entry(n) for n in nodes}),
-        index({e["metadata"]["name"]: execution_point_entry(e) for e in eps}),
+        table(eps),
         index({p["metadata"]["name"]: slot_policy_entry(p) for p in policies}),
     )
     return subject, writer, metrics
@@ -213,7 +217,7 @@ def test_writes_go_out_on_a_bounded_pool_and_a_bulk_change_is_summarised() -> No
     subject = Reconciler(writer, metrics, clock=lambda: NOW, concurrency=8, monotonic=lambda: 0.0)
     subject.attach(
         index({n["metadata"]["name"]: node_entry(n) for n in fleet(100)}),
-        index({}),
+        table([]),
         index({"batch": slot_policy_entry(policy("batch", **BATCH))}),
     )
     asyncio.run(subject.run_once())
@@ -241,7 +245,7 @@ def test_one_execution_points_writes_stay_in_order() -> None:
     subject = Reconciler(writer, Metrics(), clock=lambda: NOW, concurrency=4)
     subject.attach(
         index({"n000": node_entry(node("n000", pool="batch"))}),
-        index({"n000": execution_point_entry(ep)}),
+        table([ep]),
         index({"batch": slot_policy_entry(policy("batch", **BATCH))}),
     )
     asyncio.run(subject.run_once())
@@ -271,13 +275,13 @@ def test_an_execution_point_event_plans_that_one_only_and_leaves_policy_status_a
 
 
 def test_the_fleet_gauges_follow_touched_passes_by_difference() -> None:
-    def ep(name: str, *states: str) -> dict[str, Any]:
+    def ep(name: str, *states: str, version: str = "1") -> dict[str, Any]:
         slots = [
             {"name": f"slot{i}@{name}", "type": "Static", "state": s, "activity": "Idle"}
             for i, s in enumerate(states)
         ]
         return {
-            "metadata": {"name": name, "uid": f"ep-{name}"},
+            "metadata": {"name": name, "uid": f"ep-{name}", "resourceVersion": version},
             "spec": {"nodeName": name},
             "status": {"lastHeartbeat": "2026-01-02T03:04:00Z", "slots": slots},
         }
@@ -286,9 +290,10 @@ def test_the_fleet_gauges_follow_touched_passes_by_difference() -> None:
     asyncio.run(subject.run_once())
     sample = metrics.registry.get_sample_value
     assert sample("kondor_operator_slots", {"state": "Owner", "activity": "Idle"}) == 3
-    eps = subject._indexes[1]  # type: ignore[index]
-    eps["b"] = [execution_point_entry(ep("b", "Unclaimed", "Owner"))]  # type: ignore[index]
-    del eps["a"]  # type: ignore[union-attr]
+    points = subject._indexes[1]  # type: ignore[index]
+    assert isinstance(points, ExecutionPointTable)
+    assert points.apply("MODIFIED", ep("b", "Unclaimed", "Owner", version="2")) is not None
+    assert points.apply("DELETED", ep("a")) is not None
     subject.touch("a")
     subject.touch("b")
     asyncio.run(subject.run_once())
