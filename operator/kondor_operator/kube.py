@@ -307,19 +307,67 @@ class Kube:
     ) -> Any:
         """A GET of `path` as the client's own calls make it (auth, TLS, pool), the
         response unread (urllib3's); ApiException when it is not a 2xx."""
-        method, url, headers, body, post = self.api_client.param_serialize(
-            "GET",
+        return self._request("GET", path, query, accept, timeout)
+
+    def _request(
+        self,
+        verb: str,
+        path: str,
+        query: list[tuple[str, str]],
+        accept: str,
+        timeout: float | None,
+        *,
+        body: Mapping[str, Any] | None = None,
+    ) -> Any:
+        """`_get`'s request with any verb; a `body` is sent as a JSON merge patch."""
+        headers = {"Accept": accept}
+        if body is not None:
+            headers["Content-Type"] = MERGE_PATCH
+        method, url, headers, serialized, post = self.api_client.param_serialize(
+            verb,
             path,
             query_params=query,
-            header_params={"Accept": accept},
+            header_params=headers,
+            body=dict(body) if body is not None else None,
             auth_settings=["BearerToken"],
         )
         response = self.api_client.call_api(
-            method, url, headers, body, post, _request_timeout=timeout
+            method, url, headers, serialized, post, _request_timeout=timeout
         )
         if not 200 <= response.status <= 299:
             raise ApiException(http_resp=response.response)
         return response.response
+
+    def read_node_annotations(self, name: str) -> dict[str, str] | None:
+        """The Node's annotations, read as metadata only (power management: a Node's status
+        is large and never needed); None when there is no such Node."""
+        self._pace()
+        try:
+            raw = self._get(f"/api/v1/nodes/{name}", [], PARTIAL_OBJECT_METADATA, 60)
+        except ApiException as error:
+            if error.status == 404:
+                return None
+            raise
+        metadata = json.loads(raw.data).get("metadata") or {}
+        return {str(k): str(v) for k, v in (metadata.get("annotations") or {}).items()}
+
+    def patch_node_annotations(self, name: str, patch: Mapping[str, str | None]) -> None:
+        """Merge-patch the Node's annotations (None removes one); a Node gone is no error (its
+        ExecutionPoint goes with it). The answer is read as metadata only."""
+        self._pace()
+        try:
+            answer = self._request(
+                "PATCH",
+                f"/api/v1/nodes/{name}",
+                [],
+                PARTIAL_OBJECT_METADATA,
+                60,
+                body={"metadata": {"annotations": dict(patch)}},
+            )
+            answer.data  # noqa: B018 (read it all, so that the connection goes back to the pool)
+        except ApiException as error:
+            if error.status != 404:
+                raise
 
     def _list(self, path: str, accept: str) -> tuple[list[dict[str, Any]], str]:
         """Every object at `path` (in pages of LIST_PAGE) and the listing's resourceVersion,

@@ -341,7 +341,7 @@ async def run(options: Options) -> int:
         metrics,
         write_concurrency=options.write_concurrency,
     )
-    marker = power.NodeMarker(power.KubeNodes(api_client))
+    marker = power.NodeMarker(Kube(api_client, instance=options.identity, pacer=pacer))
     follower = power.PowerFollower(marker)
     loop = asyncio.get_running_loop()
     points = ExecutionPointWatch(kube, fan_out(loop, reconciler, schedd, follower))

@@ -37,40 +37,10 @@ logger = logging.getLogger(__name__)
 
 
 class NodeApi(Protocol):
-    """Node metadata reads and writes (kubernetes.client.CoreV1Api, or a fake)."""
+    """Node metadata reads and writes (kondor_operator.kube.Kube: metadata only, or a fake)."""
 
     def read_node_annotations(self, name: str) -> dict[str, str] | None: ...
     def patch_node_annotations(self, name: str, patch: Mapping[str, str | None]) -> None: ...
-
-
-class KubeNodes:
-    """NodeApi through the kubernetes client."""
-
-    def __init__(self, api_client: Any) -> None:
-        from kubernetes import client  # noqa: PLC0415
-
-        self.core = client.CoreV1Api(api_client)
-
-    def read_node_annotations(self, name: str) -> dict[str, str] | None:
-        from kubernetes.client.exceptions import ApiException  # noqa: PLC0415
-
-        try:
-            node = self.core.read_node(name)
-        except ApiException as error:
-            if error.status == 404:
-                return None
-            raise
-        metadata = node.metadata
-        return dict((metadata.annotations if metadata is not None else None) or {})
-
-    def patch_node_annotations(self, name: str, patch: Mapping[str, str | None]) -> None:
-        from kubernetes.client.exceptions import ApiException  # noqa: PLC0415
-
-        try:
-            self.core.patch_node(name, {"metadata": {"annotations": dict(patch)}})
-        except ApiException as error:
-            if error.status != 404:  # a node gone (its ExecutionPoint goes with it): nothing
-                raise
 
 
 def power_of(body: Mapping[str, Any]) -> PowerStatus | None:
