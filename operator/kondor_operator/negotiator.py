@@ -11,7 +11,8 @@ operator's own watch (`kondor_operator.epwatch`): its table for the cycles, its 
   (`schedd.follow`), a new job getting its ClusterId;
 - every `negotiatorInterval` (Pool `default`), and soon after a job is submitted or a job
   or ExecutionPoint change frees a slot, one negotiation cycle (`schedd.plan_cycle`), after
-  following every job (MATCH_TIMEOUT expires with time, not with an event).
+  following the jobs time changes (MATCH_TIMEOUT, deferral windows), and every job once
+  a minute.
 
 Status is written with merge patches of the status subresource, guarded by the
 resourceVersion the decision was made on, so a decision taken on a stale view (kopf's
@@ -55,6 +56,7 @@ from kondor_core.api.pool import CycleStats, PoolStatus
 from kondor_core.negotiation.poolconfig import PoolConfigError, pool_settings
 from kondor_core.negotiation.schedd import (
     JobChange,
+    changes_with_time,
     plan_cycle,
     status_patch,
 )
@@ -209,6 +211,7 @@ class Negotiator:
         monotonic: Callable[[], float] = time.monotonic,
         debounce: float = 0.5,
         write_concurrency: int = 1,
+        resync: float = 60.0,
     ) -> None:
         self.writer = writer
         #: Jobs written at once, each job's writes in order (a thousand matches written one
@@ -220,6 +223,8 @@ class Negotiator:
         self.clock = clock
         self.monotonic = monotonic
         self.debounce = debounce
+        self.resync = resync
+        self._resynced: float | None = None
         #: The accountant (the Pool's status): read from the API server before the first
         #: cycle (kopf's index may not hold the Pool yet), then kept here and written back.
         self.accountant: PoolStatus | None = None
@@ -305,7 +310,8 @@ class Negotiator:
     # -- one pass
 
     def run_once(self, dirty: Collection[str], *, cycle: bool) -> Pass:
-        """Follow the `dirty` jobs (every job when `cycle`), then run a cycle if asked."""
+        """Follow the `dirty` jobs (and, in a cycle, those `_to_follow` adds), then run a
+        cycle if asked."""
         done = Pass(cycle=cycle)
         now = self.clock()
         settings = self.settings()
@@ -320,7 +326,7 @@ class Negotiator:
         )
         follows: dict[str, JobChange] = {}
         read = dict(jobs)  # as read: every write is a patch from these
-        for key in sorted(jobs) if cycle else sorted(dirty):
+        for key in self._to_follow(jobs, dirty, cycle=cycle):
             entry = jobs.get(key)
             if entry is None:
                 continue
@@ -378,6 +384,22 @@ class Negotiator:
         self.metrics.matches.inc(done.matched)
         self.metrics.idle_jobs.set(plan.idle)
         return done
+
+    def _to_follow(
+        self, jobs: Mapping[str, JobEntry], dirty: Collection[str], *, cycle: bool
+    ) -> list[str]:
+        """The jobs a pass follows: the changed ones; in a cycle also those time alone
+        changes (`schedd.changes_with_time`), and every job once per `resync` seconds,
+        as an informer resyncs. Following the 10,000 running and completed jobs of a
+        large queue every cycle cost seconds (issue 16)."""
+        if not cycle:
+            return sorted(dirty)
+        now = self.monotonic()
+        if self._resynced is None or now - self._resynced >= self.resync:
+            self._resynced = now
+            return sorted(jobs)
+        timed = {key for key, entry in jobs.items() if changes_with_time(entry.job)}
+        return sorted(timed.union(dirty))
 
     def _next_cluster_id(self, entry: JobEntry) -> int | None:
         status = entry.job.status

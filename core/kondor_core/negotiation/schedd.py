@@ -153,7 +153,26 @@ def answer_patch(job: ExecutionJob, execution: JobExecution, now: float) -> dict
     change = follow(answered, now, PoolSpec())
     if change is None:
         return {}
-    return status_patch(status, change.status).get("status", {})
+    fields: dict[str, Any] = status_patch(status, change.status).get("status", {})
+    return fields
+
+
+def changes_with_time(job: ExecutionJob) -> bool:
+    """Whether `follow` may change the job with no new event, time passing alone: a job
+    with no ClusterId yet, a match the agent has not answered (MATCH_TIMEOUT), an idle
+    deferred or crontab job (its DeferralTime and window). Every other change comes with
+    a change of the job; a caller that follows each changed job needs to follow only these
+    besides."""
+    status = job.status
+    if job.metadata.deletion_timestamp:
+        return False
+    if status is None or status.cluster_id is None:
+        return True
+    if status.job_status != "Idle":
+        return False
+    if status.claim_id is not None:
+        return _answer(status) is None
+    return job.spec.is_time_scheduled
 
 
 def _next(
@@ -478,8 +497,7 @@ def plan_cycle(
     for order, job in enumerate(idle):
         try:
             ad = _ad(job)
-            name = submitter(job.spec.owner, nice_user=is_nice(ad))
-            weight = request_weight(settings.slot_weight, ad)
+            name, weight = _submitter_weight(job, ad, settings.slot_weight)
             queue.append(IdleJob(job_key(job), ad, order, name, weight))
         except ExpressionError as error:  # admission parses these; a job from before may not
             changes += _rejected(job, f"the job's ad cannot be built: {error}")
@@ -560,11 +578,9 @@ def submitter_usage(jobs: Iterable[ExecutionJob], settings: PoolSpec) -> dict[st
         if status.job_status == "Suspended" and settings.negotiator_discount_suspended_resources:
             continue
         try:
-            ad = _ad(job)
+            name, weight = _submitter_weight(job, _ad(job), settings.slot_weight)
         except ExpressionError:
             continue
-        name = submitter(job.spec.owner, nice_user=is_nice(ad))
-        weight = request_weight(settings.slot_weight, ad)
         usage[name] = usage.get(name, 0.0) + weight
     return usage
 
@@ -607,16 +623,63 @@ def _reason_kind(reason: str) -> str:
     return last[:40]
 
 
+#: Job ads already built, and the (submitter, SLOT_WEIGHT) of each, by what they are built
+#: from. A job's spec cannot change after submission but by a new generation (admission),
+#: so a queue of 10,000 jobs is not turned into ClassAds again every cycle (issue 16).
+#: Only jobs read from the API server (with a uid and a generation) are kept; the cache is
+#: emptied when full. The ads are never modified once built.
+_ADS: dict[tuple[Any, ...], Any] = {}
+_WEIGHTS: dict[tuple[Any, ...], tuple[str, float]] = {}
+_CACHE_SIZE = 100_000
+
+
+def _ad_key(job: ExecutionJob) -> tuple[Any, ...] | None:
+    meta, status = job.metadata, job.status
+    if meta.uid is None or meta.generation is None:
+        return None
+    return (
+        meta.uid,
+        meta.generation,
+        meta.creation_timestamp,
+        status.cluster_id if status is not None else None,
+        status.deferral_time if status is not None else None,
+    )
+
+
+def _remember(cache: dict[tuple[Any, ...], Any], key: tuple[Any, ...], value: Any) -> None:
+    if len(cache) >= _CACHE_SIZE:
+        cache.clear()
+    cache[key] = value
+
+
 def _ad(job: ExecutionJob) -> Any:
+    key = _ad_key(job)
+    if key is not None and (found := _ADS.get(key)) is not None:
+        return found
     status = job.status
     created = parse_time(job.metadata.creation_timestamp or "")
-    return job_ad(
+    ad = job_ad(
         job.spec,
         job_key(job),
         cluster_id=status.cluster_id if status is not None else None,
         qdate=math.floor(created.timestamp()) if created is not None else None,
         deferral_time=status.deferral_time if status is not None else None,
     )
+    if key is not None:
+        _remember(_ADS, key, ad)
+    return ad
+
+
+def _submitter_weight(job: ExecutionJob, ad: Any, slot_weight: str) -> tuple[str, float]:
+    """The job's submitter (its owner, or nice-user.<owner>) and SLOT_WEIGHT of what it
+    requests."""
+    key = _ad_key(job)
+    if key is not None and (found := _WEIGHTS.get((*key, slot_weight))) is not None:
+        return found
+    facts = (submitter(job.spec.owner, nice_user=is_nice(ad)), request_weight(slot_weight, ad))
+    if key is not None:
+        _remember(_WEIGHTS, (*key, slot_weight), facts)
+    return facts
 
 
 def _may_match_now(job: ExecutionJob, now: float, settings: PoolSpec) -> bool:

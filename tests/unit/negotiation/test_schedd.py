@@ -23,13 +23,16 @@ from kondor_core.api import (
     format_time,
 )
 from kondor_core.config import compile_policy
+from kondor_core.negotiation import schedd
 from kondor_core.negotiation.schedd import (
     JobChange,
     answer_patch,
+    changes_with_time,
     follow,
     is_nice,
     plan_cycle,
     status_patch,
+    submitter_usage,
 )
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -87,7 +90,7 @@ def followed(j: ExecutionJob, now: float = NOW, **kw: Any) -> JobChange | None:
 FOLLOW_TABLE = [
     # (why, status, spec, expected status fields, expected ExecutionPoint)
     (
-        "Rejected -> Idle, claim and ExecutionPoint cleared, LastRejMatchReason = the startd's reason",
+        "Rejected -> Idle, claim and ExecutionPoint cleared, LastRejMatchReason = the reason",
         {**MATCHED, "execution": answer("Rejected", reason="START is false for the job")},
         {},
         {
@@ -416,6 +419,53 @@ def test_an_exit_merges_with_the_running_answer_before_it() -> None:
         "exitCode": 3,
         "completionDate": format_time(NOW),
     }
+
+
+@pytest.mark.parametrize(
+    ("why", "status", "spec", "expected"),
+    [
+        ("new: its ClusterId", None, {}, True),
+        ("a match not answered yet: MATCH_TIMEOUT", MATCHED, {}, True),
+        (
+            "a match answered: the answer's event",
+            {**MATCHED, "execution": answer("Running")},
+            {},
+            False,
+        ),
+        ("idle, not deferred", {"jobStatus": "Idle", "clusterId": 7}, {}, False),
+        (
+            "idle, deferred: its window",
+            {"jobStatus": "Idle", "clusterId": 7},
+            {"deferralTime": "QDate + 600"},
+            True,
+        ),
+        ("running", {**MATCHED, "jobStatus": "Running"}, {}, False),
+        ("completed", {**MATCHED, "jobStatus": "Completed"}, {}, False),
+        ("held", {"jobStatus": "Held", "clusterId": 7}, {}, False),
+    ],
+)
+def test_which_jobs_time_alone_changes(
+    why: str, status: dict[str, Any] | None, spec: dict[str, Any], expected: bool
+) -> None:
+    assert changes_with_time(job(status, **spec)) is expected, why
+
+
+def test_a_new_generation_of_a_job_is_a_new_ad() -> None:
+    # Ads are kept between cycles by uid and generation: a spec change (a new generation)
+    # is seen, an unchanged job is not rebuilt.
+    first = job({"jobStatus": "Idle", "clusterId": 7}, requestCpus=1)
+    first = first.model_copy(
+        update={"metadata": first.metadata.model_copy(update={"generation": 1})}
+    )
+    assert submitter_usage([first], SETTINGS) == {}
+    ads = [schedd._ad(first), schedd._ad(first)]
+    assert ads[0] is ads[1]
+    second = job({"jobStatus": "Idle", "clusterId": 7}, requestCpus=4)
+    second = second.model_copy(
+        update={"metadata": second.metadata.model_copy(update={"generation": 2})}
+    )
+    assert schedd._ad(second).eval("RequestCpus") == 4
+    assert schedd._ad(first).eval("RequestCpus") == 1
 
 
 def test_the_patch_nulls_what_is_cleared_and_leaves_the_rest() -> None:

@@ -199,6 +199,36 @@ def test_the_agent_s_answers_are_followed() -> None:
     assert done.frees
 
 
+def test_a_cycle_follows_what_changed_and_what_time_changes_and_everything_each_resync() -> None:
+    clock = {"now": 0.0}
+    world = World()
+    world.negotiator = Negotiator(
+        world.kube, Metrics(), clock=lambda: NOW, monotonic=lambda: clock["now"], resync=60
+    )
+    world.negotiator.attach(world.index, world.eps, world.pools)
+    world.eps["node-a"] = point("node-a")
+    for name in ("done", "pending", "quiet"):
+        world.kube.add(job_body(name))
+    world.sync()
+    first = world.negotiator.run_once(set(), cycle=True)  # the first cycle follows everything
+    assert first.followed == 3 and first.matched == 3
+    world.sync()
+    body = world.kube.objects["ns/done"]
+    body["status"] = {**body["status"], "jobStatus": "Completed"}
+    body = world.kube.objects["ns/quiet"]
+    claim = body["status"]["claimId"]
+    body["status"] = {**body["status"], "jobStatus": "Running"}
+    body["status"]["execution"] = {"claimId": claim, "state": "Running"}
+    world.sync()
+    # "pending" waits for the agent's answer (MATCH_TIMEOUT runs with time): followed; the
+    # Completed and the Running jobs are not, unless they changed (dirty).
+    clock["now"] = 30.0
+    assert world.negotiator.run_once(set(), cycle=True).followed == 1
+    assert world.negotiator.run_once({"ns/done"}, cycle=True).followed == 2
+    clock["now"] = 61.0
+    assert world.negotiator.run_once(set(), cycle=True).followed == 3
+
+
 def test_nothing_is_written_while_not_leading() -> None:
     world = World()
     world.eps["node-a"] = point("node-a")
