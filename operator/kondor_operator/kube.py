@@ -51,6 +51,7 @@ PARTIAL_OBJECT_METADATA = "application/json;as=PartialObjectMetadata;g=meta.k8s.
 #: Page size of a listing.
 LIST_PAGE = 500
 EXECUTION_POINTS_PATH = f"/apis/{GROUP}/{VERSION}/{EXECUTION_POINTS}"
+EXECUTION_JOBS_PATH = f"/apis/{GROUP}/{VERSION}/{EXECUTION_JOBS}"
 #: Events about cluster-scoped objects (Nodes, ExecutionPoints, SlotPolicies) live here, as
 #: the kubelet's Node events do; `kubectl describe` finds them.
 EVENTS_NAMESPACE = "default"
@@ -430,4 +431,18 @@ class Kube:
         """Watch events of ExecutionPoints from `resource_version`."""
         return self._watch(
             EXECUTION_POINTS_PATH, "application/json", resource_version, timeout_seconds
+        )
+
+    # ---- ExecutionJobs, whole, in every namespace ----------------------------------------
+
+    def list_execution_jobs(self) -> tuple[list[dict[str, Any]], str]:
+        """Every ExecutionJob and the listing's resourceVersion, to watch from."""
+        return self._list(EXECUTION_JOBS_PATH, "application/json")
+
+    def watch_execution_jobs(
+        self, resource_version: str, timeout_seconds: int
+    ) -> Iterator[dict[str, Any]]:
+        """Watch events of ExecutionJobs from `resource_version`."""
+        return self._watch(
+            EXECUTION_JOBS_PATH, "application/json", resource_version, timeout_seconds
         )

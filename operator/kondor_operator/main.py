@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import ctypes
 import ctypes.util
 import logging
@@ -49,6 +50,8 @@ from kondor_operator.epwatch import (
     Listener,
     on_loop,
 )
+from kondor_operator.jobwatch import JobChanges, JobWatch
+from kondor_operator.jobwatch import Listener as JobListener
 from kondor_operator.kube import (
     Kube,
     Pacer,
@@ -59,6 +62,7 @@ from kondor_operator.kube import (
 from kondor_operator.leader import LeaderElector, LeaseTimings
 from kondor_operator.metrics import Metrics
 from kondor_operator.reconciler import Reconciler
+from kondor_operator.reflector import Reflector
 from kondor_operator.webhook import ServiceRef, WebhookOptions, build_server
 
 logger = logging.getLogger("kondor_operator")
@@ -314,11 +318,22 @@ def fan_out(
     return [on_loop(loop, on_the_loop), to_power]
 
 
-async def _synced(watch: ExecutionPointWatch) -> None:
-    """Until the watch's first listing is in its table (a thread waits a second at a time,
-    so that cancelling this leaves none waiting)."""
-    while not await asyncio.to_thread(watch.synced.wait, 1.0):
-        pass
+def jobs_on_loop(loop: asyncio.AbstractEventLoop, schedd: negotiator.Negotiator) -> JobListener:
+    """The job watch's changes, handed to the negotiator on the event loop."""
+
+    def hand_over(changes: JobChanges) -> None:
+        with contextlib.suppress(RuntimeError):  # the loop is closed: the operator stops
+            loop.call_soon_threadsafe(schedd.jobs_changed, changes)
+
+    return hand_over
+
+
+async def _synced(watches: Sequence[Reflector]) -> None:
+    """Until every watch's first listing is in its table (a thread waits a second at a
+    time, so that cancelling this leaves none waiting)."""
+    for watch in watches:
+        while not await asyncio.to_thread(watch.synced.wait, 1.0):
+            pass
 
 
 async def run(options: Options) -> int:
@@ -345,6 +360,7 @@ async def run(options: Options) -> int:
     follower = power.PowerFollower(marker)
     loop = asyncio.get_running_loop()
     points = ExecutionPointWatch(kube, fan_out(loop, reconciler, schedd, follower))
+    queue = JobWatch(kube, jobs_on_loop(loop, schedd))
     registry = kopf.OperatorRegistry()
     handlers.register(
         registry,
@@ -355,7 +371,7 @@ async def run(options: Options) -> int:
         webhook=options.webhook is not None,
         webhook_fails_closed=options.webhook_failure_policy == "Fail",
     )
-    negotiator.register(registry, schedd, points)
+    negotiator.register(registry, schedd, queue, points)
     defragger = defrag.Defrag(schedd, Kube(api_client, instance=options.identity, pacer=pacer))
     defrag.register(registry, defragger)
     cordons = cordon.CordonDrains(
@@ -391,12 +407,13 @@ async def run(options: Options) -> int:
             return 0
     metrics.set_leader(True)
 
-    # The ExecutionPoint watch writes nothing; it starts with the leadership.
+    # The ExecutionPoint and job watches write nothing; they start with the leadership.
     watch_stop = threading.Event()
     follower.start()
     points.start(watch_stop)
+    queue.start(watch_stop)
     try:
-        return await _operate(options, registry, points, stop, elector)
+        return await _operate(options, registry, (points, queue), stop, elector)
     finally:
         watch_stop.set()
         follower.close()
@@ -405,20 +422,20 @@ async def run(options: Options) -> int:
 async def _operate(
     options: Options,
     registry: kopf.OperatorRegistry,
-    points: ExecutionPointWatch,
+    watches: Sequence[Reflector],
     stop: asyncio.Event,
     elector: LeaderElector | None,
 ) -> int:
-    """Hold the Lease; run kopf once the ExecutionPoint watch's first listing is in its table
-    (no handler sees part of the fleet), until kopf stops (2 when it failed, else 0), `stop`
-    is set (0) or the Lease is lost (1)."""
+    """Hold the Lease; run kopf once the ExecutionPoint and job watches' first listings are
+    in their tables (no handler sees part of the fleet or of the queue), until kopf stops (2
+    when it failed, else 0), `stop` is set (0) or the Lease is lost (1)."""
     stopped = asyncio.create_task(stop.wait(), name="stop")
     ending: set[asyncio.Task[Any]] = {stopped}
     lost = None
     if elector is not None:
         lost = asyncio.create_task(elector.hold(), name="lease")
         ending.add(lost)
-    syncing = asyncio.create_task(_synced(points), name="executionpoints listed")
+    syncing = asyncio.create_task(_synced(watches), name="executionpoints and jobs listed")
     done, _ = await asyncio.wait({syncing, *ending}, return_when=asyncio.FIRST_COMPLETED)
     outcome: object = None
     if syncing in done:

@@ -1,11 +1,11 @@
-"""The operator's schedd and negotiator loop: gather from kopf's indexes and the operator's
-ExecutionPoint table, call `kondor_core.negotiation.schedd`, write what it decided.
+"""The operator's schedd and negotiator loop: gather from the operator's job and
+ExecutionPoint tables, call `kondor_core.negotiation.schedd`, write what it decided.
 
-ExecutionJobs (all namespaces) and the Pool reach it through `@kopf.index` (DESIGN.md,
-"Scale": no change-detecting handlers, so no annotation writes on jobs), and
-`@kopf.on.event` handlers only mark what changed. ExecutionPoints come parsed from the
-operator's own watch (`kondor_operator.epwatch`): its table for the cycles, its changes to
-`execution_point_changed`. One task does every write, serially:
+ExecutionJobs (all namespaces) and ExecutionPoints come parsed from the operator's own
+watches (`kondor_operator.jobwatch`, `kondor_operator.epwatch`; DESIGN.md, "Scale": no
+change-detecting handlers, so no annotation writes on jobs): their tables for the cycles,
+their changes to `jobs_changed` and `execution_point_changed`, which only mark what changed.
+The Pool reaches it through a `@kopf.index`. One task does every write:
 
 - after a job event (debounced), the job follows its commands and the agent's answer
   (`schedd.follow`), a new job getting its ClusterId;
@@ -15,8 +15,8 @@ operator's own watch (`kondor_operator.epwatch`): its table for the cycles, its 
   a minute.
 
 Status is written with merge patches of the status subresource, guarded by the
-resourceVersion the decision was made on, so a decision taken on a stale view (kopf's
-index lags the operator's own writes by a watch event) is refused with 409 and retaken on
+resourceVersion the decision was made on, so a decision taken on a stale view (the job
+table lags the operator's own writes by a watch event) is refused with 409 and retaken on
 the next event instead of matching a job twice. What a write returned is used until the
 index catches up with it. A job followed and matched in one pass (a new job's ClusterId and
 its match) is written once. The agent finds its jobs by `status.executionPoint`, and writes
@@ -43,7 +43,6 @@ from pydantic import ValidationError
 
 from kondor_core.api import (
     DEFAULT_POOL,
-    EXECUTION_JOBS,
     GROUP,
     POOLS,
     VERSION,
@@ -66,11 +65,16 @@ from kondor_operator.metrics import Metrics
 logger = logging.getLogger(__name__)
 
 #: Index ids (kopf passes each index to handlers as a keyword argument of this name).
-JOBS_INDEX = "negotiator_jobs"
 POOLS_INDEX = "negotiator_pools"
 
 #: kopf's index: key -> the values the indexed objects gave for it.
 Index = Mapping[Any, Collection[Any]]
+
+
+class QueueSource(Protocol):
+    """The ExecutionJobs, parsed (kondor_operator.jobwatch's table, or a fake in tests)."""
+
+    def jobs(self) -> Mapping[str, JobEntry]: ...
 
 
 class ExecutionPointSource(Protocol):
@@ -230,7 +234,7 @@ class Negotiator:
         self.accountant: PoolStatus | None = None
         self._accountant_read = False
         self.leading = True
-        self._jobs: Index | None = None
+        self._jobs: QueueSource | None = None
         self._execution_points: ExecutionPointSource | None = None
         self._pools: Index | None = None
         self._dirty: set[str] = set()
@@ -245,14 +249,21 @@ class Negotiator:
 
     # -- inputs
 
-    def attach(self, jobs: Index, execution_points: ExecutionPointSource, pools: Index) -> None:
-        """Read from kopf's indexes (live mappings kopf keeps current) and the ExecutionPoint
-        table."""
+    def attach(
+        self, jobs: QueueSource, execution_points: ExecutionPointSource, pools: Index
+    ) -> None:
+        """Read from the job and ExecutionPoint tables and kopf's Pool index (a live mapping
+        kopf keeps current)."""
         self._jobs, self._execution_points, self._pools = jobs, execution_points, pools
         self.cycle_soon()
 
     def set_leading(self, leading: bool) -> None:
         self.leading = leading
+
+    def jobs_changed(self, changes: Mapping[str, str]) -> None:
+        """A batch of the job watch's changes (key -> event type)."""
+        for key, event_type in changes.items():
+            self.job_changed(key, event_type)
 
     def job_changed(self, key: str, event_type: str | None) -> None:
         """A job's watch event: follow it soon; a new job also wants a cycle."""
@@ -292,9 +303,7 @@ class Negotiator:
     def jobs(self) -> dict[str, JobEntry]:
         """The jobs as the index has them, with what this operator's writes returned for
         those whose write the index has not seen yet."""
-        jobs = {
-            key: entry for key, entry in _single(self._jobs).items() if isinstance(entry, JobEntry)
-        }
+        jobs = dict(self._jobs.jobs()) if self._jobs is not None else {}
         for key, (before, written) in list(self._written.items()):
             current = jobs.get(key)
             if current is not None and current.resource_version == before:
@@ -514,16 +523,13 @@ def _frees(entry: JobEntry, change: JobChange) -> bool:
 def register(
     registry: kopf.OperatorRegistry,
     negotiator: Negotiator,
+    jobs: QueueSource,
     execution_points: ExecutionPointSource,
 ) -> None:
-    """Register the negotiator's indexes, event handlers and its task on `registry`; it reads
-    `execution_points` (the operator's watch, which also tells it of their changes)."""
+    """Register the negotiator's Pool index and handler and its task on `registry`; it reads
+    `jobs` and `execution_points` (the operator's watches, which also tell it of their
+    changes)."""
     tasks: list[asyncio.Task[None]] = []
-
-    @kopf.index(GROUP, VERSION, EXECUTION_JOBS, id=JOBS_INDEX, registry=registry)
-    def index_job(body: kopf.Body, **_: Any) -> dict[str, JobEntry]:
-        entry = job_entry(body)
-        return {entry.key: entry} if entry is not None else {}
 
     @kopf.index(GROUP, VERSION, POOLS, id=POOLS_INDEX, registry=registry)
     def index_pool(name: str, body: kopf.Body, **_: Any) -> dict[str, PoolSpec]:
@@ -531,7 +537,7 @@ def register(
 
     @kopf.on.startup(id="start-negotiator", registry=registry)
     async def start_negotiator(**kwargs: Any) -> None:
-        negotiator.attach(kwargs[JOBS_INDEX], execution_points, kwargs[POOLS_INDEX])
+        negotiator.attach(jobs, execution_points, kwargs[POOLS_INDEX])
         tasks.append(asyncio.create_task(negotiator.run(), name="kondor negotiator"))
 
     @kopf.on.cleanup(id="stop-negotiator", registry=registry)
@@ -539,10 +545,6 @@ def register(
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
-
-    @kopf.on.event(GROUP, VERSION, EXECUTION_JOBS, id="job-changed", registry=registry)
-    async def job_changed(namespace: str | None, name: str, type: str | None, **_: Any) -> None:
-        negotiator.job_changed(job_key(namespace or "", name), type)
 
     @kopf.on.event(GROUP, VERSION, POOLS, id="pool-changed", registry=registry)
     async def pool_changed(body: kopf.Body, type: str | None, **_: Any) -> None:

@@ -23,6 +23,7 @@ from kondor_operator.epwatch import (
     on_loop,
     read_execution_point,
 )
+from kondor_operator.jobwatch import JobTable
 from kondor_operator.main import fan_out
 from kondor_operator.metrics import Metrics
 from kondor_operator.power import NodeMarker, PowerChange, PowerFollower
@@ -265,7 +266,7 @@ def test_changes_reach_the_reconciler_the_negotiator_and_power() -> None:
             ],
         )
         watch = ExecutionPointWatch(source, fan_out(loop, reconciler, schedd, follower))
-        schedd.attach({}, watch, {})
+        schedd.attach(JobTable(), watch, {})
         watch.relist()
         await asyncio.sleep(0)
         assert reconciler._dirty == {"a", "b"}

@@ -24,6 +24,7 @@ from kondor_core.api import (
 from kondor_core.config import compile_policy
 from kondor_operator.metrics import Metrics
 from kondor_operator.negotiator import (
+    JobEntry,
     Negotiator,
     job_entry,
     offer_signature,
@@ -112,13 +113,20 @@ class Points(dict[str, ExecutionPoint]):
         return list(self.values())
 
 
+class Queue(dict[str, JobEntry]):
+    """The job watch's table, as the negotiator reads it."""
+
+    def jobs(self) -> dict[str, JobEntry]:
+        return dict(self)
+
+
 class World:
     def __init__(self) -> None:
         self.kube = FakeKube()
         self.eps = Points()
         self.pools: dict[str, list[Any]] = {}
         self.negotiator = Negotiator(self.kube, Metrics(), clock=lambda: NOW)
-        self.index: dict[str, list[Any]] = {}
+        self.index = Queue()
         self.negotiator.attach(self.index, self.eps, self.pools)
 
     def sync(self) -> None:
@@ -127,7 +135,7 @@ class World:
         for key, body in self.kube.objects.items():
             entry = job_entry(copy.deepcopy(body))
             assert entry is not None
-            self.index[key] = [entry]
+            self.index[key] = entry
 
     def status(self, name: str) -> dict[str, Any]:
         return dict(self.kube.objects[f"ns/{name}"].get("status") or {})
