@@ -349,6 +349,8 @@ class Bench:
     workdir: Path
     pids: dict[str, int]
     operator_metrics: str
+    #: The system measured last: what it leaves unfinished goes with the cluster.
+    last_system: str = ""
     phases: dict[str, Phase] = field(default_factory=dict)
     setup: dict[str, float] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
@@ -595,10 +597,10 @@ class Bench:
         if not completed:
             phase.notes.append(
                 f"{TITLES[system]}: {len(phase.ends)} of {phase.jobs} jobs ended within "
-                f"--phase-timeout {self.phase_timeout:g}s; the rest were deleted with "
-                f"namespace {namespace}"
+                f"--phase-timeout {self.phase_timeout:g}s; the rest were left unmeasured"
             )
-            await self.clear(namespace)
+            if system != self.last_system:  # the next system finds the nodes empty
+                await self.clear(namespace)
         return phase
 
     async def clear(self, namespace: str, timeout: float = 180.0) -> None:
@@ -707,6 +709,7 @@ async def run(args: argparse.Namespace, cluster: DevCluster, workdir: Path) -> B
             workdir=workdir,
             pids=pids,
             operator_metrics=f"http://127.0.0.1:{port}/metrics",
+            last_system=args.systems[-1],
         )
         bench.say(f"creating {args.nodes} kwok nodes of {NODE_CPUS} cores")
         await bench.create_nodes()
