@@ -6,6 +6,7 @@ Both run as the cluster's `admin` identity, from a kubeconfig of their own in `c
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
 import sys
 from pathlib import Path
@@ -67,6 +68,17 @@ def operator_env(layout: Layout, metrics_port: int, webhook_port: int) -> dict[s
     }
 
 
+def agent_cgroup_root(layout: Layout, node: str) -> str:
+    """The agent's cgroup root, relative to its own cgroup: `kondor-<node>-<cluster>`.
+
+    Every dev cluster on a host may have a node of the same name (and its agents share the
+    cgroup of whoever started them), so the root names the cluster too, by its state directory:
+    two clusters' jobs never share a cgroup, nor kill each other's processes with it.
+    """
+    cluster = hashlib.sha1(str(layout.state_dir.resolve()).encode()).hexdigest()[:8]
+    return f"kondor-{node}-{cluster}"
+
+
 def agent_args(
     layout: Layout, node: str, machine: Path | None, python: str = sys.executable
 ) -> list[str]:
@@ -89,7 +101,7 @@ def agent_args(
         "--execute-dir",
         str(agent_state_dir(layout, node) / "execute"),
         "--cgroup-root",
-        f"kondor-{node}",
+        agent_cgroup_root(layout, node),
         # Startd cron and job hooks run from this node's own hooks directory (tests put
         # their scripts there), not the host's /etc/kondor/hooks.
         "--hooks-dir",

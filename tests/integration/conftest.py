@@ -16,6 +16,7 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from kubernetes import client, config
@@ -37,11 +38,66 @@ def _want_build() -> bool:
     return os.environ.get("KONDOR_BUILD_CONTROLPLANE", "") not in ("", "0", "false", "no")
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+#: Modules whose cluster has the host's one real node (`realnode.claim_host`): under xdist they
+#: are one work unit, so one worker runs them one after the other.
+REAL_NODE_MODULES = frozenset({"test_real_node", "test_jobs_real_node"})
+REAL_NODE_GROUP = "real-node"
+INTEGRATION = Path(__file__).resolve().parent.relative_to(ROOT).as_posix() + "/"
+
+
+def xdist_scope(nodeid: str) -> str:
+    """The work unit of a test under `pytest -n N --dist loadgroup`: an integration test's
+    module (its module-scoped cluster starts once, on one worker; the real-node modules are
+    one unit between them); any other test alone, so unit tests spread freely."""
+    path = nodeid.split("::", 1)[0]
+    if not path.startswith(INTEGRATION):
+        return nodeid
+    return REAL_NODE_GROUP if Path(path).stem in REAL_NODE_MODULES else path
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """`--dist loadgroup` with `xdist_scope` as the groups.
+
+    xdist's own loadgroup reads `xdist_group` marks by renaming the test ids, which pytest 9.2
+    no longer lets it do (the mark is silently ignored), so the grouping is done here instead.
+    """
+    if config.getvalue("dist") != "loadgroup":
+        return None
+    from xdist.scheduler import LoadScopeScheduling  # type: ignore[import-untyped]
+
+    class ModuleScheduling(LoadScopeScheduling):  # type: ignore[misc]
+        def _split_scope(self, nodeid: str) -> str:
+            return xdist_scope(nodeid)
+
+    return ModuleScheduling(config, log)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark the integration tests; under xdist, run them first.
+
+    The real node's unit first, then modules with more tests first, so that the long ones
+    start at once and the unit tests, spread one by one, fill the workers' gaps at the end
+    (the Makefile passes `--no-loadscope-reorder` so that xdist keeps this order).
+    """
     here = Path(__file__).parent
     for item in items:
         if here in Path(str(item.path)).parents:
             item.add_marker(pytest.mark.integration)
+    if not hasattr(config, "workerinput"):
+        return  # not an xdist worker: collection order, as ever
+    counts: dict[str, int] = {}
+    for item in items:
+        scope = xdist_scope(item.nodeid)
+        counts[scope] = counts.get(scope, 0) + 1
+
+    def order(item: pytest.Item) -> tuple[int, int]:
+        scope = xdist_scope(item.nodeid)
+        if scope == item.nodeid:
+            return (2, 0)
+        return (0 if scope == REAL_NODE_GROUP else 1, -counts[scope])
+
+    items.sort(key=order)  # stable: a module's tests keep their order, and stay together
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:

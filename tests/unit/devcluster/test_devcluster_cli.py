@@ -86,6 +86,25 @@ def test_agent_command_line_runs_the_node_on_its_machine_file(tmp_path: Path) ->
     ]
 
 
+def test_two_clusters_agents_for_one_node_name_get_cgroup_roots_of_their_own(
+    tmp_path: Path,
+) -> None:
+    """pytest -n runs clusters side by side, with the same machine files: a node name alone
+    would put their jobs in one cgroup (relative roots sit in the shared parent's cgroup)."""
+    from kondor_devcluster import kondor
+    from kondor_devcluster.components import Layout
+
+    def root(state: Path) -> str:
+        args = kondor.agent_args(Layout(state), "kwok-small-0", None, python="py")
+        return args[args.index("--cgroup-root") + 1]
+
+    first, second = root(tmp_path / "a"), root(tmp_path / "b")
+    assert first.startswith("kondor-kwok-small-0-") and second.startswith("kondor-kwok-small-0-")
+    assert first != second
+    assert "/" not in first  # relative: inside the agent's own cgroup
+    assert root(tmp_path / "a") == first  # a restart on the same state dir finds its jobs
+
+
 def test_down_without_a_running_cluster_says_so(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
