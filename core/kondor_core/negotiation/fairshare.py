@@ -55,9 +55,28 @@ class FairCycle:
     pool_size: float = 0.0
 
 
+#: SLOT_WEIGHT by (expression, resources): a pool's slots come in a few sizes, and every
+#: cycle weighs every slot (the pie) and every claimed job (the usage).
+_WEIGHTS: dict[tuple[str, frozenset[tuple[str, Any]]], float] = {}
+
+
 def weight_of(expression: str, resources: Mapping[str, Any]) -> float:
     """SLOT_WEIGHT evaluated on a slot with `resources` (Cpus, Memory, Disk, GPUs...); 0
     when it is not a number."""
+    try:
+        key = (expression, frozenset(resources.items()))
+    except TypeError:  # a resource that is no plain value: weighed, not kept
+        return _weigh(expression, resources)
+    found = _WEIGHTS.get(key)
+    if found is None:
+        found = _weigh(expression, resources)
+        if len(_WEIGHTS) >= 10_000:
+            _WEIGHTS.clear()
+        _WEIGHTS[key] = found
+    return found
+
+
+def _weigh(expression: str, resources: Mapping[str, Any]) -> float:
     value = parse_expr(expression, field="slotWeight").eval(classad2.ClassAd(dict(resources)))
     return max(0.0, number(value) or 0.0)
 

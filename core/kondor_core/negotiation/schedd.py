@@ -715,6 +715,27 @@ def _rejected(job: ExecutionJob, reason: str) -> list[JobChange]:
     return [JobChange(namespace, job.metadata.name, new, None, "no match")]
 
 
+#: Slot offers already built, by (ExecutionPoint, its resourceVersion, slot): an
+#: ExecutionPoint that did not change since the last cycle is not turned into ClassAds
+#: again (1,000 nodes, a few of which change between cycles: issue 16). Only the clock
+#: (MyCurrentTime) is set anew each cycle.
+_OFFERS: dict[tuple[str, str, str], Any] = {}
+
+
+def _offer(ep: ExecutionPoint, slot: Any, now: float) -> Any:
+    version = ep.metadata.resource_version
+    if version is None:
+        return slot_offer(slot.ad, set(slot.expressions), now)
+    key = (ep.metadata.name, version, slot.name)
+    offer = _OFFERS.get(key)
+    if offer is None:
+        offer = slot_offer(slot.ad, set(slot.expressions), now)
+        _remember(_OFFERS, key, offer)
+    else:
+        offer["MyCurrentTime"] = math.floor(now)
+    return offer
+
+
 def _offers(
     execution_points: Iterable[ExecutionPoint], pending: set[tuple[str, str]], now: float
 ) -> tuple[list[Any], dict[str, str], list[str], list[str]]:
@@ -737,7 +758,7 @@ def _offers(
                 problems.append(f"{name}/{slot.name}: the slot publishes no ad")
                 continue
             try:
-                offers.append(slot_offer(slot.ad, set(slot.expressions), now))
+                offers.append(_offer(ep, slot, now))
             except ExpressionError as error:
                 problems.append(f"{name}/{slot.name}: {error}")
                 continue

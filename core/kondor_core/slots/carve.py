@@ -26,13 +26,13 @@ import copy
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
-from functools import cached_property
 from typing import Any
 
 import classad2
 
 from kondor_core.classads import ExpressionError, parse_expr
 from kondor_core.config.effective import EffectivePolicy
+from kondor_core.lazy import cached
 from kondor_core.slots.layout import (
     GPUS,
     UNIT_WORDS,
@@ -81,7 +81,7 @@ class CarveContext:
     machine: MachineTotals
     policy: EffectivePolicy
 
-    @cached_property
+    @cached
     def requests(self) -> tuple[tuple[str, str, str | None], ...]:
         """(resource, request attribute, MODIFY_REQUEST_EXPR text or None) for each carved
         resource, GPUs last: worked out once rather than on every carve."""

@@ -21,13 +21,13 @@ import dataclasses
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from functools import cached_property
 from typing import Any
 
 from kondor_core.api import Machine, ResolvedPolicy
 from kondor_core.api.executionpoint import ExecutionPointStatus
 from kondor_core.config import EffectivePolicy, policy_hash
 from kondor_core.cron import CronAd, CronJob, CronSettings
+from kondor_core.lazy import cached
 from kondor_core.policy import (
     Action,
     ActionKind,
@@ -124,7 +124,7 @@ class Startd:
         """UPDATE_INTERVAL of the policy (300 s unless it sets one)."""
         return self.engine.update_interval
 
-    @cached_property
+    @cached
     def layout_ads(self) -> tuple[SlotAd, ...]:
         """The carve model's slot ads, in condor_status order, with the benchmarks' Mips and
         KFlops and the startd cron ads merged in: the layout's side of every published ad."""
@@ -136,7 +136,7 @@ class Startd:
             ads = merge_into_slots(ads, self.cron_ads, [job.name for job in self.cron_jobs])
         return tuple(ads)
 
-    @cached_property
+    @cached
     def facts(self) -> Mapping[str, Mapping[str, Fact]]:
         """Per slot name, the layout's literal attributes (Cpus, Memory, OpSys, ...) that the
         engine evaluates the policy with; the engine's own attributes are left to it."""
@@ -266,6 +266,10 @@ def tick(
     }
     slots = _follow(startd, result.actions, ads)
     new = dataclasses.replace(startd, state=result.machine, slots=slots)
+    if slots == startd.slots:  # the same layout: its ads need not be rendered again
+        for name in ("layout_ads", "facts"):
+            if name in startd.__dict__:
+                new.__dict__[name] = startd.__dict__[name]
     return Tick(new, [*refused, *result.actions], result.transitions)
 
 
