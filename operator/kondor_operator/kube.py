@@ -372,7 +372,8 @@ class Kube:
 
     def _list(self, path: str, accept: str) -> tuple[list[dict[str, Any]], str]:
         """Every object at `path` (in pages of LIST_PAGE) and the listing's resourceVersion,
-        to watch from."""
+        to watch from; without metadata.managedFields, which nothing here reads (as
+        client-go's informers strip them), so that a page's are freed before the next."""
         items: list[dict[str, Any]] = []
         page = ""
         while True:
@@ -380,7 +381,9 @@ class Kube:
             query = [("limit", str(LIST_PAGE))] + ([("continue", page)] if page else [])
             raw = self._get(path, query, accept, 60)
             listing = json.loads(raw.data)
-            items += listing.get("items") or []
+            for item in listing.get("items") or []:
+                (item.get("metadata") or {}).pop("managedFields", None)
+                items.append(item)
             metadata = listing.get("metadata") or {}
             page = str(metadata.get("continue") or "")
             if not page:

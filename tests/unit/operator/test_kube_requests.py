@@ -103,18 +103,19 @@ def test_annotations_are_merge_patched_and_a_node_gone_is_no_error() -> None:
 
 def test_execution_points_are_listed_in_pages_and_watched_from_the_listing() -> None:
     item = {"metadata": {"name": "a", "resourceVersion": "5"}}
+    managed = {"metadata": {**item["metadata"], "managedFields": [{"manager": "kondor-agent"}]}}
     watched = Answer(200, None)
     subject, transport = kube(
         [
             Answer(
-                200, {"items": [item], "metadata": {"continue": "next", "resourceVersion": "9"}}
+                200, {"items": [managed], "metadata": {"continue": "next", "resourceVersion": "9"}}
             ),
             Answer(200, {"items": [item], "metadata": {"resourceVersion": "9"}}),
             watched,
         ]
     )
     items, version = subject.list_execution_points()
-    assert (len(items), version) == (2, "9")
+    assert (items, version) == ([item, item], "9"), "managedFields left out"
     assert transport.sent[1].url.endswith(
         "/apis/kondor.io/v1alpha1/executionpoints?limit=500&continue=next"
     )
