@@ -468,8 +468,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(message)s")
     machines = [MachineFile(path).read() for path in args.machines]
-    api = KubernetesAPI.connect(args.kubeconfig)
-    api.api_client.configuration.connection_pool_maxsize = args.workers + 4
+    # A connection for each worker and each shared watch (ExecutionPoints, jobs, pods).
+    api = KubernetesAPI.connect(args.kubeconfig, connections=args.workers + 4)
     process = FleetProcess.build(api, machines, polling_interval=args.polling_interval)
     fleet = Fleet(process.agents, workers=args.workers, stagger=args.stagger)
 

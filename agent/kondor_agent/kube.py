@@ -56,12 +56,22 @@ class KubernetesAPI:
         self.objects = client.CustomObjectsApi(api_client)
 
     @classmethod
-    def connect(cls, kubeconfig: Path | None = None, context: str | None = None) -> KubernetesAPI:
+    def connect(
+        cls,
+        kubeconfig: Path | None = None,
+        context: str | None = None,
+        *,
+        connections: int | None = None,
+    ) -> KubernetesAPI:
         """The client's configuration from where `kondor_core.api.kube_config_source` says:
         `--kubeconfig`, else $KUBECONFIG, else the pod's ServiceAccount, else ~/.kube/config,
-        with `--context`. The `kubernetes` client reads and merges the kubeconfig files."""
+        with `--context`. The `kubernetes` client reads and merges the kubeconfig files.
+        `connections` sizes the connection pool (urllib3's default, 10, otherwise): it is
+        read when the client is made, so it is set here."""
         source = kube_config_source(kubeconfig, context, os.environ)
         configuration = client.Configuration()
+        if connections is not None:
+            configuration.connection_pool_maxsize = connections
         if source.in_cluster:
             try:
                 config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]

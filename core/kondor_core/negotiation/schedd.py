@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -71,6 +71,7 @@ from kondor_core.negotiation.fairshare import (
 )
 from kondor_core.negotiation.negotiator import IdleJob, slot_offer
 from kondor_core.negotiation.preemption import PreemptionPolicy
+from kondor_core.startd.claims import job_id as startd_job_id
 
 #: HoldReasonCode 1, UserRequest ("Job ClassAd Attributes": HoldReasonCode).
 HOLD_USER_REQUEST = 1
@@ -421,8 +422,13 @@ def is_idle(job: ExecutionJob) -> bool:
     )
 
 
-def pending_claim(job: ExecutionJob) -> tuple[str, str] | None:
-    """(ExecutionPoint, slot) of a match the agent has not answered yet, else None."""
+def pending_claim(
+    job: ExecutionJob, published: Collection[tuple[str, str]] = frozenset()
+) -> tuple[str, str] | None:
+    """(ExecutionPoint, slot) of a match its slot's published ad does not show yet, else
+    None: one the agent has not answered, or answered Running or Suspended before its
+    ExecutionPoint published the slot running it (`published`: (ExecutionPoint, JobId) of
+    the slot ads; the agent's answer and its slot ads are separate writes)."""
     status = job.status
     if (
         status is None
@@ -430,10 +436,15 @@ def pending_claim(job: ExecutionJob) -> tuple[str, str] | None:
         or status.execution_point is None
         or status.slot is None
         or status.job_status in _FINAL
-        or _answer(status) is not None
     ):
         return None
-    return status.execution_point, status.slot
+    answer = _answer(status)
+    if answer is None:
+        return status.execution_point, status.slot
+    shown = (status.execution_point, startd_job_id(job)) in published
+    if answer.state in ("Running", "Suspended") and not shown:
+        return status.execution_point, status.slot
+    return None
 
 
 def job_key(job: ExecutionJob) -> str:
@@ -472,8 +483,9 @@ def plan_cycle(
     (`<uid>#<n>`, n one past any claim the job had) and the match time;
     the job stays Idle until the agent runs it. An unmatched job gets LastRejMatchReason.
 
-    A slot with a match the agent has not answered yet (`pending_claim`) is not offered:
-    its published ad does not show the claim yet, and offering it again would hand the
+    A slot with a match the agent has not answered yet, or has answered before publishing
+    the slot running it (`pending_claim`), is not offered: its published ad does not show
+    the claim yet, and offering it again would hand the
     same resources out twice. Withholding it, rather than taking the pending jobs' share
     off its ad, keeps the consumption arithmetic in one place (the negotiator's) and
     cannot double-count once the agent publishes the carved slot; the cost is that a
@@ -482,7 +494,14 @@ def plan_cycle(
     """
     all_jobs = list(jobs)
     execution_points = list(execution_points)
-    pending = {where for job in all_jobs if (where := pending_claim(job)) is not None}
+    published = {
+        (ep.metadata.name, slot.job)
+        for ep in execution_points
+        if ep.status is not None
+        for slot in ep.status.slots
+        if slot.job
+    }
+    pending = {where for job in all_jobs if (where := pending_claim(job, published)) is not None}
     idle = sorted((job for job in all_jobs if is_idle(job)), key=submission_key)
     changes: list[JobChange] = []
     ready = [job for job in idle if _may_match_now(job, now, settings)]

@@ -12,6 +12,7 @@ from bench_scale import (
     classify,
     execution_job,
     fairness_gap,
+    job_path_writes,
     plain_pod,
     running_series,
     shares_before_first_end,
@@ -92,6 +93,19 @@ def test_writes_by_kind_counts_only_writes_that_happened_in_the_phase() -> None:
     whose, detail = writes_by_kind(before, after, "pods")
     assert whose == {"submission": 20.0, "kubelet": 30.0, "system": 20.0}
     assert detail == {"PUT leases": 30.0, "POST pods": 20.0, "POST pods/binding": 20.0}
+
+
+def test_job_path_writes_leave_out_the_submission_the_kubelet_and_the_publication() -> None:
+    detail = {
+        "POST executionjobs": 10.0,  # the submission
+        "PATCH executionjobs/status": 30.0,
+        "POST pods": 10.0,
+        "PATCH pods/status": 20.0,  # kwok
+        "PATCH executionpoints/status": 25.0,  # slot ads
+        "POST events": 3.0,
+        "PATCH pools/status": 2.0,
+    }
+    assert job_path_writes(detail, "executionjobs") == 40.0
 
 
 def test_every_system_gets_the_same_pod_one_core_one_gib_thirty_seconds() -> None:

@@ -631,7 +631,9 @@ def test_stale_and_unknown_execution_points_are_not_offered() -> None:
     assert change.status.last_rej_match_reason == "no slot is Unclaimed"
 
 
-def test_a_slot_with_an_unanswered_match_is_withheld_until_the_agent_answers() -> None:
+def test_a_slot_is_withheld_until_its_ad_shows_the_match() -> None:
+    # Unanswered, then answered Running before the agent published the slot running it
+    # (two writes of the agent's): withheld both times; offered once the ad shows the job.
     ep = execution_point("node-a")
     pending = job({**MATCHED, "clusterId": 1}, name="pending", uid="uid-p")
     waiting = idle("next", 2)
@@ -643,6 +645,22 @@ def test_a_slot_with_an_unanswered_match_is_withheld_until_the_agent_answers() -
         name="pending",
     )
     plan = plan_cycle([answered, waiting], [ep], NOW, SETTINGS)
+    assert plan.withheld == ("node-a/slot1@node-a",)
+    assert by_name(plan.changes)["next"].execution_point is None
+    assert ep.status is not None
+    [pslot] = ep.status.slots
+    dynamic = pslot.model_copy(
+        update={
+            "name": "slot1_1@node-a",
+            "type": "Dynamic",
+            "job": "ns/pending",
+            "ad": {**pslot.ad, "Name": "slot1_1@node-a", "JobId": "ns/pending"},
+        }
+    )
+    shown = ep.model_copy(
+        update={"status": ep.status.model_copy(update={"slots": [pslot, dynamic]})}
+    )
+    plan = plan_cycle([answered, waiting], [shown], NOW, SETTINGS)
     assert plan.withheld == ()
     assert by_name(plan.changes)["next"].execution_point == "node-a"
 
