@@ -51,7 +51,8 @@ POLLING, UPDATE = 1.0, 4.0
 _SHAPE = ("Name", "SlotType", "SlotTypeID", "Cpus", "Memory", "Disk", "GPUs")
 
 
-def _wait(what: str, check: Callable[[], Any], timeout: float = 15.0) -> Any:
+# A deadline, not an expectation: an agent's start has taken over 15 s on a loaded machine.
+def _wait(what: str, check: Callable[[], Any], timeout: float = 30.0) -> Any:
     return eventually(check, timeout, what)
 
 

@@ -15,10 +15,14 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 from kubernetes import client
 
 from kondor_core.api import EXECUTION_JOBS, GROUP, MERGE_PATCH, VERSION
+
+# Some twenty kubectl and kondor processes: over 60 s on a loaded machine (pytest -n).
+pytestmark = pytest.mark.timeout(120)
 
 
 def _job(name: str, owner: str, seconds: int) -> dict[str, Any]:

@@ -14,6 +14,10 @@ import yaml
 from .conftest import skip_reason
 from .test_jobs_end_to_end import Cluster, eventually, job_cluster, process_job, slot_policy
 
+# The module's cluster (operator, agent, policies) starts within the first test's time, and on a
+# loaded machine (pytest -n) start and forty jobs have taken over 60 s.
+pytestmark = pytest.mark.timeout(180)
+
 SLOTS = 8
 POLICY = "SLOT_TYPE_1 = cpus=1\nNUM_SLOTS_TYPE_1 = $(NUM_CPUS)\n"
 

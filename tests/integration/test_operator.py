@@ -127,7 +127,8 @@ def wait_ready(operator: Operator, admin: client.ApiClient) -> None:
         except OSError:
             return False
 
-    eventually(serving, timeout=30, what="operator leading")
+    # Its start (imports, the first lists) has taken over 30 s on a loaded machine (pytest -n).
+    eventually(serving, timeout=60, what="operator leading")
     configuration = operator.webhook_configuration
     if configuration:
         hooks = client.AdmissionregistrationV1Api(admin)

@@ -88,7 +88,13 @@ class Kills:
             self.on_kill(pid)
 
 
-def wait_result(launcher: ProcessLauncher, handle: JobHandle, timeout: float = 4.0) -> JobResult:
+#: How long to wait for what a supervisor does: a deadline, not an expectation. A supervisor is a
+#: Python process of its own, and on a loaded machine (`pytest -n`, beside other suites) its start
+#: alone has taken over 4 s; the waits end as soon as the condition holds.
+WAIT = 20.0
+
+
+def wait_result(launcher: ProcessLauncher, handle: JobHandle, timeout: float = WAIT) -> JobResult:
     """Poll every few milliseconds until the job's result is there."""
     deadline = time.monotonic() + timeout
     while True:
@@ -101,7 +107,7 @@ def wait_result(launcher: ProcessLauncher, handle: JobHandle, timeout: float = 4
         time.sleep(0.005)
 
 
-def wait_for(condition: Callable[[], bool], timeout: float = 3.0) -> None:
+def wait_for(condition: Callable[[], bool], timeout: float = WAIT) -> None:
     deadline = time.monotonic() + timeout
     while not condition():
         if time.monotonic() > deadline:

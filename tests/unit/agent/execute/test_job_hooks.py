@@ -250,7 +250,7 @@ def test_failed_update_job_info_and_job_exit_are_recorded_for_the_agent(
         first.extend(jobs.hook_failures(handle))
         return bool(first)
 
-    wait_for(reported, 5)
+    wait_for(reported)
     assert first == [("UpdateJobInfoFailed", "TEST_HOOK_UPDATE_JOB_INFO exited with status 3")]
     assert jobs.hook_failures(handle) == []  # each once
     wait_result(launcher, handle)
