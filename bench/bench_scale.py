@@ -656,14 +656,18 @@ class Bench:
         return phase
 
     async def clear(self, namespace: str, timeout: float = 180.0) -> None:
-        """Delete a phase's namespace (its jobs and pods) and wait until its pods are gone,
-        so that the next system finds the nodes empty."""
+        """Delete a phase's namespace (its jobs and pods) and wait until none of its pods
+        holds a node's resources (gone, or ended: kwok ends them within their 30 s), so that
+        the next system finds the nodes free."""
         (await self.http.delete(f"/api/v1/namespaces/{namespace}")).raise_for_status()
 
         async def empty() -> bool:
             path = f"/api/v1/namespaces/{namespace}/pods"
-            found = (await self.http.get(path, params={"limit": "1"})).json()
-            return not found.get("items")
+            for phase in ("Running", "Pending"):
+                params = {"limit": "1", "fieldSelector": f"status.phase={phase}"}
+                if (await self.http.get(path, params=params)).json().get("items"):
+                    return False
+            return True
 
         await self.until(f"namespace {namespace} emptied", empty, timeout, poll=2.0)
 
