@@ -725,9 +725,13 @@ def _deferred_reason(job: ExecutionJob, settings: PoolSpec) -> str:
 
 
 def _rejected(job: ExecutionJob, reason: str) -> list[JobChange]:
-    """LastRejMatchReason, written only when it says something new."""
+    """LastRejMatchReason, written only when its kind changes (`_reason_kind`: not enough
+    of a resource, Requirements, START, user priority, ...): in a busy pool the slot a
+    reason names changes every cycle, and a write per waiting job per cycle is what a queue
+    of 10,000 jobs cannot afford (issue 16)."""
     status = job.status or ExecutionJobStatus()
-    if status.last_rej_match_reason == reason:
+    before = status.last_rej_match_reason
+    if before == reason or (before is not None and _reason_kind(before) == _reason_kind(reason)):
         return []
     new = status.model_copy(update={"last_rej_match_reason": reason})
     namespace = job.metadata.namespace or ""

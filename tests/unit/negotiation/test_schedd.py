@@ -609,6 +609,19 @@ def test_a_job_no_slot_meets_stays_idle_with_why_and_is_not_rewritten() -> None:
     assert plan_cycle([again], [execution_point("node-a")], NOW, SETTINGS).changes == ()
 
 
+def test_a_reason_of_the_same_kind_is_not_rewritten_a_new_kind_is() -> None:
+    # A busy pool names another slot every cycle: not a write per waiting job per cycle.
+    first = plan_cycle([idle("big", 1, requestCpus=64)], [execution_point("node-a")], NOW, SETTINGS)
+    [change] = first.changes
+    waiting = idle("big", 1, requestCpus=64).model_copy(update={"status": change.status})
+    elsewhere = plan_cycle([waiting], [execution_point("node-b", cpus=8)], NOW, SETTINGS)
+    assert elsewhere.changes == ()  # "slot1@node-b: not enough Cpus ...": the same kind
+    picky = idle("big", 1, requirements='Machine == "node-z"')
+    picky = picky.model_copy(update={"status": change.status})
+    [other] = plan_cycle([picky], [execution_point("node-a")], NOW, SETTINGS).changes
+    assert "Requirements" in (other.status.last_rej_match_reason or "")
+
+
 def test_requirements_pick_the_execution_point_and_rank_prefers_one() -> None:
     eps = [execution_point("node-a", cpus=2), execution_point("node-b", cpus=8)]
     jobs = [
