@@ -750,7 +750,9 @@ async def _run(cluster: DevCluster, machines: list[Path], interval: float, windo
     if "kondor-operator" not in pids:
         raise RuntimeError("the dev cluster did not start the operator")
     port = _operator_metrics_port(pids["kondor-operator"])
-    api = KubernetesAPI.connect(kondor.kondor_kubeconfig(cluster.layout))
+    # A connection for each worker and the shared ExecutionPoint watch (urllib3 keeps 10
+    # otherwise, and opens a new TLS connection for each request beyond them).
+    api = KubernetesAPI.connect(kondor.kondor_kubeconfig(cluster.layout), connections=WORKERS + 4)
     shared = SharedExecutionPoints(api)
     written: list[tuple[float, str]] = []
     limits = httpx.Limits(max_connections=8)
