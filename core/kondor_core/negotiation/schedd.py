@@ -520,7 +520,12 @@ def plan_cycle(
             queue.append(IdleJob(job_key(job), ad, order, name, weight))
         except ExpressionError as error:  # admission parses these; a job from before may not
             changes += _rejected(job, f"the job's ad cannot be built: {error}")
-    offers, owners, problems, withheld = _offers(execution_points, pending, now)
+    offers: list[Any] = []
+    owners: dict[str, str] = {}
+    problems: list[str] = []
+    withheld: list[str] = []
+    if queue:  # with no job to match, the slots need not become offers
+        offers, owners, problems, withheld = _offers(execution_points, pending, now)
     usage = submitter_usage(all_jobs, settings)
     aged = update_accountant(accountant, usage, now, settings)
     priorities = effective_priorities(aged, settings, {job.submitter for job in queue})
@@ -532,7 +537,7 @@ def plan_cycle(
         priorities=priorities,
         usage=usage,
         free=offered_weight(settings.slot_weight, offers),
-        size=pool_weight(settings.slot_weight, execution_points),
+        size=pool_weight(settings.slot_weight, execution_points) if queue else 0.0,
         consider_preemption=settings.negotiator_consider_preemption,
         preemption=preemption,
     )
