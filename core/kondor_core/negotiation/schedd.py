@@ -485,12 +485,12 @@ def plan_cycle(
 
     A slot with a match the agent has not answered yet, or has answered before publishing
     the slot running it (`pending_claim`), is not offered: its published ad does not show
-    the claim yet, and offering it again would hand the
-    same resources out twice. Withholding it, rather than taking the pending jobs' share
-    off its ad, keeps the consumption arithmetic in one place (the negotiator's) and
-    cannot double-count once the agent publishes the carved slot; the cost is that a
-    partitionable slot takes no further job until the agent answers (one polling
-    interval, or MATCH_TIMEOUT at worst).
+    the claim yet, and offering it again would hand the same resources out twice.
+    Withholding it, rather than taking the pending jobs' share off its ad, keeps the
+    consumption arithmetic in one place (the negotiator's) and cannot double-count once
+    the agent publishes the carved slot; the cost is that a partitionable slot takes no
+    further job until the agent has answered and published (a polling interval and an
+    update's debounce, or MATCH_TIMEOUT at worst).
     """
     all_jobs = list(jobs)
     execution_points = list(execution_points)
