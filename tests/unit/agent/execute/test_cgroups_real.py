@@ -185,10 +185,17 @@ def test_freeze_stops_the_whole_cgroup_and_kill_ends_even_escaped_processes(
     script = "setsid sleep 30 & echo $! > escaped; exec sleep 30"
     runtime = ProcessRuntime(executable="/bin/sh", arguments=["-c", script])
     handle = launcher.launch("frozen", runtime, AD, AD, slot="slot1_1")
+    escaped_file = handle.scratch / "escaped"
+    # The file exists once the shell opens it, before echo writes the pid (a loaded machine
+    # showed it empty): wait for the whole line.
     wait_for(
-        lambda: (handle.scratch / "escaped").exists() and len(cgroups.pids(handle.cgroup)) >= 2
+        lambda: (
+            escaped_file.exists()
+            and escaped_file.read_text().endswith("\n")
+            and len(cgroups.pids(handle.cgroup)) >= 2
+        )
     )
-    escaped = int((handle.scratch / "escaped").read_text())
+    escaped = int(escaped_file.read_text())
     launcher.suspend(handle)
     wait_for(lambda: launcher.is_suspended(handle))
     launcher.resume(handle)
@@ -242,8 +249,9 @@ def test_soft_kill_reaches_a_process_that_left_the_jobs_group_and_thaws_a_frozen
     )
     runtime = ProcessRuntime(executable="/bin/sh", arguments=["-c", script])
     handle = launcher.launch("vacated", runtime, AD, AD, slot="slot1_1")
-    wait_for((handle.scratch / "escaped.pid").exists)
-    escaped = int((handle.scratch / "escaped.pid").read_text())
+    pid_file = handle.scratch / "escaped.pid"
+    wait_for(lambda: pid_file.exists() and pid_file.read_text().endswith("\n"))  # written whole
+    escaped = int(pid_file.read_text())
     assert escaped != launcher.job_pid(handle)
     launcher.suspend(handle)
     wait_for(lambda: launcher.is_suspended(handle))
