@@ -84,7 +84,9 @@ def test_declared_for_executionjobs_with_their_operations(fails_closed: bool) ->
                 "apiGroups": ["kondor.io"],
                 "apiVersions": ["v1alpha1"],
                 "resources": ["executionjobs"],
-                "operations": ["CREATE", "UPDATE", "DELETE"],  # DELETE: the owner only
+                # CREATE is the mutating webhook's (one call per submission); DELETE: the
+                # owner only.
+                "operations": ["UPDATE", "DELETE"],
                 "scope": "*",
             }
         ],
@@ -108,24 +110,29 @@ def test_mutation_sets_the_owner_from_userinfo() -> None:
     assert patch.as_json_patch() == [{"op": "replace", "path": "/spec/owner", "value": "alice"}]
 
 
-def test_validation_refuses_with_the_field_and_value() -> None:
-    validate = _handlers()[VALIDATE_JOB_ID].fn
+def test_a_new_job_is_refused_by_the_mutation_with_the_field_and_value() -> None:
+    mutate = _handlers()[MUTATE_JOB_ID].fn
     job = _job(owner="alice", process=PROCESS, requirements="Memory >")
+    patch = kopf.Patch(body=job)
 
     with pytest.raises(kopf.AdmissionError) as refused:
-        validate(userinfo=ALICE, operation="CREATE", new=job, old=None)
+        mutate(body=job, userinfo=ALICE, patch=patch)
 
     assert refused.value.code == 422
     assert "spec.requirements: 'Memory >' is not a valid ClassAd expression" in str(refused.value)
-    validate(userinfo=ALICE, operation="CREATE", new=_job(owner="alice", process=PROCESS))
+    assert patch == {}
+    valid = _job(owner="alice", process=PROCESS)
+    mutate(body=valid, userinfo=ALICE, patch=kopf.Patch(body=valid))
 
 
-def test_validation_refuses_an_owner_the_mutation_did_not_set() -> None:
+def test_an_update_is_refused_with_the_field_and_value() -> None:
     validate = _handlers()[VALIDATE_JOB_ID].fn
+    old = _job(owner="alice", process=PROCESS)
+    new = _job(owner="alice", process=PROCESS, requestCpus=4)
     with pytest.raises(kopf.AdmissionError) as refused:
-        validate(userinfo=ALICE, operation="CREATE", new=_job(owner="bob", process=PROCESS))
-    assert refused.value.code == 403
-    assert "spec.owner 'bob' is not 'alice'" in str(refused.value)
+        validate(userinfo=ALICE, operation="UPDATE", new=new, old=old)
+    assert refused.value.code in (403, 422)
+    assert "spec.requestCpus may not change after submission" in str(refused.value)
 
 
 def test_only_the_owner_deletes_and_the_operator_acts_for_others() -> None:
