@@ -124,8 +124,7 @@ def admit_job(
 
     * CREATE: the job must be valid (`job_problems`); its owner is the requester, whatever
       `spec.owner` says, unless the requester is a delegate who names an owner. The patch
-      sets `spec.owner`; a validating webhook that still sees a patch knows the mutating
-      one did not run.
+      sets `spec.owner` (the operator's mutating webhook applies it, or refuses the job).
     * UPDATE: only the owner or a delegate; the owner, the requests and the runtime stay as
       submitted; a changed spec must still be valid. `hold`, `remove`, `priority` and the
       rest may change.
