@@ -240,22 +240,12 @@ class ExecutionPointWatch(Reflector):
     def execution_points(self) -> list[ExecutionPoint]:
         return self.table.execution_points()
 
-    def _report(self, changes: ExecutionPointChanges) -> None:
-        for listener in self.listeners:
-            try:
-                listener(changes)
-            except Exception:  # one listener's failure must not stop the watch or the others
-                logger.exception("ExecutionPoint listener %r failed", listener)
-
     def relist(self) -> None:
         """List every ExecutionPoint and report what changed since the table was filled."""
         items, version = self.source.list_execution_points()
         changes = self.table.relist(items)
         del items  # the bodies: only the parsed models stay
-        if changes or not self.synced.is_set():
-            self._report(changes)
-        self.synced.set()
-        self.version = version
+        self.listed(changes, version)
 
     def watch(self, resource_version: str, timeout_seconds: int) -> Iterator[dict[str, Any]]:
         return self.source.watch_execution_points(resource_version, timeout_seconds)
@@ -265,7 +255,7 @@ class ExecutionPointWatch(Reflector):
         if change is None:
             return False
         name = str((obj.get("metadata") or {}).get("name") or "")
-        self._report({name: change})
+        self.report({name: change})
         return True
 
 

@@ -138,29 +138,18 @@ class JobWatch(Reflector):
     ) -> None:
         super().__init__(timeout_seconds=timeout_seconds, max_backoff=max_backoff, sleep=sleep)
         self.source = source
-        self.listener = listener
+        self.listeners = (listener,) if listener is not None else ()
         self.table = JobTable()
 
     def jobs(self) -> dict[str, JobEntry]:
         """The jobs as last read (the negotiator's `JobSource`)."""
         return self.table.jobs()
 
-    def _report(self, changes: JobChanges) -> None:
-        if self.listener is None:
-            return
-        try:
-            self.listener(changes)
-        except Exception:  # the listener's failure must not stop the watch
-            logger.exception("ExecutionJob listener failed")
-
     def relist(self) -> None:
         items, version = self.source.list_execution_jobs()
         changes = self.table.relist(items)
         del items  # the bodies: only the parsed models stay
-        if changes or not self.synced.is_set():
-            self._report(changes)
-        self.synced.set()
-        self.version = version
+        self.listed(changes, version)
 
     def watch(self, resource_version: str, timeout_seconds: int) -> Iterator[dict[str, Any]]:
         return self.source.watch_execution_jobs(resource_version, timeout_seconds)
@@ -168,5 +157,5 @@ class JobWatch(Reflector):
     def apply(self, kind: str, obj: Mapping[str, Any]) -> bool:
         if not self.table.apply(kind, obj):
             return False
-        self._report({_key(obj): kind})
+        self.report({_key(obj): kind})
         return True

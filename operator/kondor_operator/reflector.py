@@ -17,7 +17,7 @@ import logging
 import threading
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 from kubernetes.client.exceptions import ApiException
@@ -35,6 +35,8 @@ class Reflector(ABC):
 
     #: What is watched, for logs and the thread's name ("Node", "ExecutionPoint").
     kind = "object"
+    #: Told each batch of changes (`report`), from the watch's thread.
+    listeners: Sequence[Callable[[Any], None]] = ()
 
     def __init__(
         self,
@@ -62,6 +64,23 @@ class Reflector(ABC):
     @abstractmethod
     def watch(self, resource_version: str, timeout_seconds: int) -> Iterator[dict[str, Any]]:
         """The watch's events from `resource_version`: {"type": ..., "object": {...}}."""
+
+    def report(self, changes: Mapping[str, Any]) -> None:
+        """Tell each of `listeners` a batch of changes; one listener's
+        failure stops neither the watch nor the others."""
+        for listener in self.listeners:
+            try:
+                listener(changes)
+            except Exception:
+                logger.exception("%s listener %r failed", self.kind, listener)
+
+    def listed(self, changes: Mapping[str, Any], version: str) -> None:
+        """A listing is in the table: report what it changed (the first listing always, so
+        that listeners know the table is filled), then watch from `version`."""
+        if changes or not self.synced.is_set():
+            self.report(changes)
+        self.synced.set()
+        self.version = version
 
     @abstractmethod
     def apply(self, kind: str, obj: Mapping[str, Any]) -> bool:
