@@ -66,6 +66,13 @@ def running(statuses: dict[str, dict[str, Any]]) -> set[str]:
     return {name for name, st in statuses.items() if st.get("jobStatus") == "Running"}
 
 
+def all_busy(pool: FairCluster) -> bool:
+    slots = pool.kubectl.get("executionpoints", NODE, None)["status"]["slots"]
+    return len(slots) == SLOTS and all(
+        (s["state"], s["activity"]) == ("Claimed", "Busy") and s.get("job") for s in slots
+    )
+
+
 def started(status: dict[str, Any]) -> float:
     when = parse_time(status.get("execution", {}).get("startTime") or "")
     return when.timestamp() if when is not None else 0.0
@@ -93,6 +100,10 @@ def test_nice_job_runs_last_is_preempted_first_then_alice_s_for_bob(pool: FairCl
         "alice's three long jobs and carol's nice-user job running",
     )
     assert started(settled["nice"]) >= max(started(settled[f"long-{i}"]) for i in range(3))
+    # The negotiator offers a slot only once its published ad shows the job it started (a
+    # slot still shown Unclaimed is withheld): bob submits when the ExecutionPoint shows all
+    # four, so his cycle sees the nice-user job's slot to preempt.
+    eventually(lambda: all_busy(pool), 30, f"{SLOTS} slots published Claimed/Busy")
 
     # bob's priority is ten times better than alice's, and better still than carol's
     # nice-user one: his job preempts the nice-user job first (PREEMPTION_RANK), which has
