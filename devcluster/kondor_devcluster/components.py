@@ -137,6 +137,9 @@ def apiserver_args(binary: Path, layout: Layout, ports: Ports) -> list[str]:
         # The default plugins include MutatingAdmissionWebhook and ValidatingAdmissionWebhook.
         "--enable-admission-plugins=NodeRestriction",
         "--allow-privileged=true",
+        # A namespace's objects (a benchmark's 10,000 pods) are deleted 8 at a time, not one
+        # by one (the default of 1 takes about two minutes for 10,000 pods on 2 cores).
+        "--delete-collection-workers=8",
         "--profiling=false",
         "--v=1",
     ]
