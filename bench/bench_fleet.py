@@ -394,6 +394,8 @@ class Bench:
     written: list[tuple[float, str]] = field(default_factory=list)
     #: Writes per second by (verb, resource), per window.
     breakdowns: dict[str, dict[tuple[str, str], float]] = field(default_factory=dict)
+    #: CPU seconds each process used from the policy change until every node re-published.
+    recarve_cpu: dict[str, float] = field(default_factory=dict)
 
     @property
     def count(self) -> int:
@@ -455,6 +457,11 @@ class Bench:
             fleet_cpu=time.process_time(),
             event_deliveries=deliveries,
         )
+
+    def cpu_seconds(self) -> dict[str, float]:
+        """CPU seconds used so far by each process: the cluster's, and this one (the fleet)."""
+        cpu = {name: _cpu_seconds(pid) for name, pid in self.pids.items()}
+        return cpu | {"fleet": time.process_time()}
 
     async def wait_for(
         self, what: str, condition: Callable[[], bool], timeout: float, poll: float = 0.5
@@ -619,6 +626,7 @@ class Bench:
         self.say("changing the policy: every node re-carves")
         first = await self.snapshot()
         changed = time.monotonic()
+        cpu_before = self.cpu_seconds()
         (
             await self.http.patch(
                 f"/apis/{GROUP}/{VERSION}/slotpolicies/{POLICY}",
@@ -636,6 +644,7 @@ class Bench:
         await self.wait_for("re-carved", recarved, max(self.window, 900), poll=0.1)
         self.results["recarve_all_s"] = time.monotonic() - changed
         self.results["recarve_specs_s"] = specs[0]
+        self.recarve_cpu = {k: v - cpu_before[k] for k, v in self.cpu_seconds().items()}
         await self.quiet(seconds=2.0)
         # The window holds the whole change, in whole update intervals.
         took = time.monotonic() - changed
@@ -732,6 +741,15 @@ def report(bench: Bench, window: float) -> int:
             f"{verb} {resource} {rate:.2f}" for (verb, resource), rate in counts.items()
         )
         print(f"{prefix}: writes/s by request, as the API server counts them: {listed}")
+    if bench.recarve_cpu:
+        # Where the re-carve's time goes: every process shares this machine's cores.
+        spent = sorted(bench.recarve_cpu.items(), key=lambda kv: -kv[1])
+        total, cores = sum(bench.recarve_cpu.values()), os.cpu_count() or 1
+        listed = ", ".join(f"{name} {seconds:.1f}" for name, seconds in spent if seconds >= 0.05)
+        print(
+            f"CPU seconds used during the re-carve ({results['recarve_all_s']:.1f}s): {listed}; "
+            f"{total:.1f} in all, at least {total / cores:.1f}s of this machine's {cores} cores"
+        )
     for note in bench.notes:
         print(f"note: {note}")
     for miss in missed:

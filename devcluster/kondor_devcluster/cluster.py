@@ -633,6 +633,22 @@ class DevCluster:
         """Components that exited, with their exit codes."""
         return [(p.name, code) for p in self._processes if (code := p.popen.poll()) is not None]
 
+    def stop_process(self, name: str, timeout: float = 30.0) -> bool:
+        """Stop the non-essential process `name` (`kondor-operator`) with SIGTERM, then SIGKILL
+        after `timeout`; the cluster keeps running. False if none runs by that name. (An agent
+        stopped so is started again, as a DaemonSet would.)"""
+        process = next((p for p in self._processes if p.name == name), None)
+        if process is None or process.essential or process.popen.poll() is not None:
+            return False
+        process.reported = True  # stopped on purpose: not a death to report
+        process.popen.terminate()
+        try:
+            process.popen.wait(timeout)
+        except subprocess.TimeoutExpired:
+            process.popen.kill()
+            process.popen.wait()
+        return True
+
     def run_until_stopped(self, stop: threading.Event) -> int:
         """Foreground `up`: block until `stop` is set or a component dies, then stop everything."""
         try:

@@ -3,13 +3,21 @@
 from __future__ import annotations
 
 import re
+import signal
+import subprocess
 from pathlib import Path
 
 import pytest
 import yaml
 
 from kondor_devcluster import build, components, kubeconfig, rbac, versions
-from kondor_devcluster.cluster import choose_ports, free_port
+from kondor_devcluster.cluster import (
+    ClusterSpec,
+    DevCluster,
+    _Process,
+    choose_ports,
+    free_port,
+)
 from kondor_devcluster.pki import KeyPair
 
 PORTS = components.Ports(6443, 2379, 2380, 10257, 10259, 10247)
@@ -127,3 +135,23 @@ def test_ports_are_remembered_and_never_collide_with_the_api_port() -> None:
     clash = choose_ports(first.etcd_client, first.as_dict())
     assert clash.apiserver == first.etcd_client
     assert clash.etcd_client != first.etcd_client
+
+
+def test_stop_process_stops_only_a_running_non_essential_process(tmp_path: Path) -> None:
+    cluster = DevCluster(ClusterSpec(port=1, kubeconfig=tmp_path / "k", state_dir=tmp_path))
+    started = {name: subprocess.Popen(["sleep", "60"]) for name in ("kondor-operator", "etcd")}
+    for name, popen in started.items():
+        cluster._processes.append(
+            _Process(name, Path("/bin/sleep"), popen, tmp_path / name, essential=name == "etcd")
+        )
+    try:
+        assert cluster.stop_process("kondor-operator", timeout=5)
+        assert started["kondor-operator"].returncode == -signal.SIGTERM
+        assert not cluster.stop_process("kondor-operator")  # already stopped
+        assert not cluster.stop_process("etcd")  # the control plane's: the cluster's own
+        assert started["etcd"].poll() is None
+        assert not cluster.stop_process("kondor-agent-nowhere")
+    finally:
+        for popen in started.values():
+            popen.kill()
+            popen.wait()
