@@ -499,6 +499,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         # kopf logs every index and event handler call at INFO: lines per ExecutionPoint
         # heartbeat, most of an idle operator's CPU at 1,000 nodes.
         logging.getLogger("kopf.objects").setLevel(logging.WARNING)
+        # aiohttp logs every admission request at INFO: a line per job submitted.
+        logging.getLogger("aiohttp.access").setLevel(logging.WARNING)
     return asyncio.run(run(options))
 
 
