@@ -139,11 +139,11 @@ async def run(cluster: DevCluster, jobs: int) -> list[dict[str, Any]]:
 
 
 def report(rows: list[dict[str, Any]], jobs: int) -> None:
-    print(f"{'figure':<40}" + "".join(f"{row['kind']:>16}" for row in rows) + f"{'ratio':>10}")
+    print(f"{'figure':<46}" + "".join(f"{row['kind']:>16}" for row in rows) + f"{'ratio':>10}")
 
     def line(label: str, values: list[float]) -> None:
         ratio = values[1] / values[0] if len(values) == 2 and values[0] else float("nan")
-        print(f"{label:<40}" + "".join(f"{v:>16.2f}" for v in values) + f"{ratio:>10.2f}")
+        print(f"{label:<46}" + "".join(f"{v:>16.2f}" for v in values) + f"{ratio:>10.2f}")
 
     line("created per second", [row["per_s"] for row in rows])
     line("API server create latency, mean (ms)", [row["create_ms"] for row in rows])
