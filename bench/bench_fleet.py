@@ -445,7 +445,8 @@ class Bench:
             for agent in self.agents
             for result in ("error", "not-found")
         )
-        cpu = {name: _cpu_seconds(pid) for name, pid in self.pids.items()}
+        cpu = self.cpu_seconds()
+        fleet_cpu = cpu.pop("fleet")
         return Snapshot(
             at=at,
             requests=requests,
@@ -454,7 +455,7 @@ class Bench:
             operator_changes=changes,
             operator_events=operator_events,
             cpu=cpu,
-            fleet_cpu=time.process_time(),
+            fleet_cpu=fleet_cpu,
             event_deliveries=deliveries,
         )
 

@@ -37,7 +37,10 @@ on the job's own objects, shares within 5% of the priorities.
 
 Each system has the same time from its first submission (`--phase-timeout`, 300 s), its
 submission included; at 10,000 jobs on two cores no system runs them all within it, so the
-rates are those of the jobs submitted and started within the same window.
+rates are those of the jobs submitted and started within the same window. After Kondor's
+phase its agents stop, and its operator when a peer runs next; a phase that did not end has
+its pods, jobs and namespace deleted before the next opens, so each system starts on a quiet
+cluster.
 
 Run (needs `make controlplane`; Kueue is built on first use, a few minutes):
 

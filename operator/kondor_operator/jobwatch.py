@@ -15,7 +15,6 @@ Like the ExecutionPoint watch, it writes nothing: it runs whatever the leadershi
 
 from __future__ import annotations
 
-import logging
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -23,8 +22,6 @@ from typing import Any, Protocol
 
 from kondor_operator.negotiator import JobEntry, job_entry, job_key
 from kondor_operator.reflector import Reflector
-
-logger = logging.getLogger(__name__)
 
 #: What the watch reports: job key -> the event's type ("ADDED", "MODIFIED", "DELETED").
 JobChanges = Mapping[str, str]
