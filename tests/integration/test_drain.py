@@ -202,7 +202,17 @@ def test_a_cordoned_node_drains_when_its_policy_says_so_and_uncordon_cancels(
     cluster.kubectl(
         "patch", "slotpolicy", "drain", "--type=merge", "-p", '{"spec":{"drainOnCordon":true}}'
     )
-    eventually(lambda: states(cluster) == {("Unclaimed", "Idle")}, 30, "re-carved, Unclaimed")
+    # Re-carved with the patched policy first: a re-carve that came after the cordon's drain
+    # would carve the slots anew, and the drain would be lost (the agent does not carry a
+    # drain across a re-carve).
+    generation = cluster.get("slotpolicies", "drain", None)["metadata"]["generation"]
+
+    def recarved() -> bool:
+        status = cluster.get("executionpoints", NODE, None)["status"]
+        carved = (status.get("policy") or {}).get("generation")
+        return carved == generation and states(cluster) == {("Unclaimed", "Idle")}
+
+    eventually(recarved, 30, f"re-carved with generation {generation}, Unclaimed")
     cluster.kubectl("cordon", NODE)
     try:
         eventually(
