@@ -176,7 +176,8 @@ def start(
 
     Slots that keep their name keep their state and entered times from `previous` (a
     reconfigured startd) or from `published` (a restarted agent reading its own status) when
-    they hold no claim; the others start in Owner/Idle as a freshly spawned startd does.
+    they hold no claim; the others start in Owner/Idle as a freshly spawned startd does. A
+    reconfigured startd keeps its drain: its slots go on draining.
     Raises `kondor_core.slots.LayoutError` for a policy that does not fit the machine.
     """
     now = whole_seconds(now)
@@ -195,6 +196,16 @@ def start(
         kept[slot.name] if slot.name in kept and kept[slot.name].kind == slot.kind else slot
         for slot in fresh.slots
     )
+    state = dataclasses.replace(fresh, slots=restored)
+    if previous is not None:
+        # A drain goes on through a reconfig: the new slots drain as the old ones did.
+        old = previous.state
+        state = dataclasses.replace(
+            state,
+            draining=old.draining,
+            resume_on_completion=old.resume_on_completion,
+            drain_start=old.drain_start,
+        )
     return Startd(
         machine=machine,
         policy=policy,
@@ -202,7 +213,7 @@ def start(
         engine=StartdPolicy.from_effective(policy),
         renderer=renderer,
         slots=slots,
-        state=dataclasses.replace(fresh, slots=restored),
+        state=state,
         applied=applied,
         compiled_hash=compiled_hash,
         cron_ads=previous.cron_ads if previous is not None else {},

@@ -158,6 +158,35 @@ def test_policy_edit_recarves_within_one_polling_interval(gpu_node: Any) -> None
     assert api.patches[-1][0] - edited_at <= 6
 
 
+def test_a_drain_goes_on_through_a_policy_edit(gpu_node: Any) -> None:
+    """As a startd keeps draining through a reconfig: a policy edit landing while the node
+    drains re-carves the slots, and the new ones come up Drained, not Unclaimed."""
+    api, clock, machines = gpu_node
+    agent = _agent(api, clock, machines)
+    _run(agent, clock, clock.now + 30)
+    api.execution_points[NODE]["spec"]["drain"] = {
+        "mode": "graceful",
+        "requestedAt": "2027-01-15T08:00:00Z",
+    }
+    _run(agent, clock, clock.now + 10)
+    assert api.status(NODE)["drain"]["state"] == "Drained"
+    api.add_policy(load_yaml(EXAMPLES / "policies" / "default.yaml"), generation=1)
+    api.execution_points[NODE]["spec"]["policy"] = {"name": "default", "generation": 1, "hash": ""}
+    _run(agent, clock, clock.now + 10)
+    status = api.status(NODE)
+    assert status["policy"]["name"] == "default"
+    assert _shape([s["ad"] for s in status["slots"]]) == _shape(
+        _simulated("gpu-mixed.yaml", "default.yaml")
+    )
+    assert {(s["state"], s["activity"]) for s in status["slots"]} == {("Drained", "Idle")}
+    assert status["drain"]["state"] == "Drained"
+    del api.execution_points[NODE]["spec"]["drain"]  # -cancel still returns the slots
+    _run(agent, clock, clock.now + 10)
+    status = api.status(NODE)
+    assert "drain" not in status
+    assert {s["state"] for s in status["slots"]} <= {"Owner", "Unclaimed"}
+
+
 def test_restarted_agent_publishes_the_same_slots(gpu_node: Any) -> None:
     api, clock, machines = gpu_node
     first = _agent(api, clock, machines)

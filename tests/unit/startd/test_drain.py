@@ -235,3 +235,20 @@ def test_a_cordoned_node_drains_gracefully_and_uncordoning_cancels_only_that_dra
     }
     assert plan.cancel == ("d",)
     assert DrainRequest.model_validate(plan.drain["a"]).mode == "graceful"
+
+
+def test_a_re_carved_startd_keeps_draining_with_the_same_request() -> None:
+    """A reconfig does not end a drain: the re-carved slots drain under the same mode,
+    -resume-on-completion and -start."""
+    node = node_with_a_job(retirement=0)
+    drain = Drain(DrainMode.GRACEFUL, resume_on_completion=True, start="TARGET.Wanted")
+    node = startd.tick(node, {}, 2, machine_events=(drain,)).startd
+    re_carved = startd.start(node.machine, node.policy, 3, previous=node)
+    state = re_carved.state
+    assert (state.draining, state.resume_on_completion, state.drain_start) == (
+        DrainMode.GRACEFUL,
+        True,
+        "TARGET.Wanted",
+    )
+    fresh = startd.start(node.machine, node.policy, 3)
+    assert fresh.state.draining is None
