@@ -199,6 +199,7 @@ def kwok_args(binary: Path, layout: Layout, ports: Ports) -> list[str]:
         "--node-ip=127.0.0.1",
         f"--cidr={POD_CIDR}",
         # Leases renewed every 10 s, as a kubelet does: the node lifecycle controller then
-        # never marks a simulated node Unknown between kwok's status heartbeats (20-45 s apart).
+        # never marks a simulated node Unknown between its status reports (every 5 minutes,
+        # nodes.node_stages).
         "--node-lease-duration-seconds=40",
     ]

@@ -1,8 +1,9 @@
 """Simulated nodes: a machine file becomes a kwok-managed Node; kwok stages play the kubelet.
 
 A machine file (the format of `kondor simulate --machine`, model `kondor_core.api.Machine`)
-gives the Node its capacity and labels. kwok keeps the Node Ready with heartbeats, and the pod
-stages below move pods bound to it through their phases:
+gives the Node its capacity and labels. kwok keeps the Node Ready as a kubelet does (a Lease
+renewed every 10 s, the status written every 5 minutes), and the pod stages below move pods
+bound to it through their phases:
 
 * a pod bound to a simulated node goes `Running` at once (with a pod IP);
 * a running pod with the annotation `kondor.io/sim-duration` (a Go duration, `"30s"`) ends that
@@ -164,13 +165,74 @@ phase: {{ if eq $code "0" }}Succeeded{{ else }}Failed{{ end }}
 """
 
 
-def _stage(name: str, selector: list[dict[str, Any]], spec: dict[str, Any]) -> dict[str, Any]:
+#: The Node's conditions as kwok reports them, each with this heartbeat's time.
+_NODE_CONDITIONS_TEMPLATE = """\
+{{ $now := Now }}
+{{ $since := or .metadata.creationTimestamp $now }}
+conditions:
+{{ range NodeConditions }}
+- lastHeartbeatTime: {{ $now | Quote }}
+  lastTransitionTime: {{ $since | Quote }}
+  message: {{ .message | Quote }}
+  reason: {{ .reason | Quote }}
+  status: {{ .status | Quote }}
+  type: {{ .type | Quote }}
+{{ end }}
+"""
+
+#: A new Node goes Ready: its conditions, addresses, kubelet port and node info. kwok patches
+#: the status, so the capacity the machine file gave it stays.
+_NODE_READY_TEMPLATE = (
+    _NODE_CONDITIONS_TEMPLATE
+    + """\
+addresses:
+{{ with .status.addresses }}
+{{ YAML . 1 }}
+{{ else }}
+- address: {{ NodeIP | Quote }}
+  type: InternalIP
+- address: {{ NodeName | Quote }}
+  type: Hostname
+{{ end }}
+{{ with NodePort }}
+daemonEndpoints:
+  kubeletEndpoint:
+    Port: {{ . }}
+{{ end }}
+nodeInfo:
+  architecture: amd64
+  operatingSystem: linux
+  kubeletVersion: {{ printf "kwok-%s" Version | Quote }}
+  kubeProxyVersion: {{ printf "kwok-%s" Version | Quote }}
+  containerRuntimeVersion: {{ printf "kwok-%s" Version | Quote }}
+  kernelVersion: {{ printf "kwok-%s" Version | Quote }}
+  bootID: ""
+  machineID: ""
+  osImage: ""
+  systemUUID: ""
+phase: Running
+"""
+)
+
+#: How often a Node's status is written while nothing in it changes: the kubelet's
+#: nodeStatusReportFrequency (5 minutes; kwok adds up to 30 s of jitter so that a fleet
+#: created at once does not report at once). Its liveness is the Lease kwok renews every
+#: 10 s (--node-lease-duration-seconds=40), as the kubelet's. kwok v0.7.0 picks its
+#: lease-less heartbeat (every 20 to 45 s) when the lease is on, 7 to 15 times the
+#: kubelet's write rate, hence these stages of our own.
+NODE_STATUS_REPORT_MS = 300_000
+NODE_STATUS_REPORT_JITTER_MS = 30_000
+
+
+def _stage(
+    name: str, selector: list[dict[str, Any]], spec: dict[str, Any], kind: str = "Pod"
+) -> dict[str, Any]:
     return {
         "apiVersion": "kwok.x-k8s.io/v1alpha1",
         "kind": "Stage",
         "metadata": {"name": name},
         "spec": {
-            "resourceRef": {"apiGroup": "v1", "kind": "Pod"},
+            "resourceRef": {"apiGroup": "v1", "kind": kind},
             "selector": {"matchExpressions": selector},
             **spec,
         },
@@ -182,7 +244,7 @@ def _annotation(name: str) -> str:
 
 
 def pod_stages() -> list[dict[str, Any]]:
-    """kwok Stages for pods on simulated nodes; node stages stay kwok's defaults (heartbeats)."""
+    """kwok Stages for pods on simulated nodes."""
     not_deleted = {"key": ".metadata.deletionTimestamp", "operator": "DoesNotExist"}
     return [
         _stage(
@@ -216,6 +278,36 @@ def pod_stages() -> list[dict[str, Any]]:
     ]
 
 
+def node_stages() -> list[dict[str, Any]]:
+    """kwok Stages for simulated Nodes: Ready once created, then a status heartbeat at the
+    kubelet's report frequency."""
+    ready = '.status.conditions.[] | select( .type == "Ready" ) | .status'
+    return [
+        _stage(
+            "kondor-node-ready",
+            [{"key": ready, "operator": "NotIn", "values": ["True"]}],
+            {"next": {"statusTemplate": _NODE_READY_TEMPLATE}},
+            kind="Node",
+        ),
+        _stage(
+            "kondor-node-heartbeat",
+            [
+                {"key": ".status.phase", "operator": "In", "values": ["Running"]},
+                {"key": ready, "operator": "In", "values": ["True"]},
+            ],
+            {
+                "delay": {
+                    "durationMilliseconds": NODE_STATUS_REPORT_MS,
+                    "jitterDurationMilliseconds": NODE_STATUS_REPORT_MS
+                    + NODE_STATUS_REPORT_JITTER_MS,
+                },
+                "next": {"statusTemplate": _NODE_CONDITIONS_TEMPLATE},
+            },
+            kind="Node",
+        ),
+    ]
+
+
 def kwok_config_yaml() -> str:
-    """The file kwok reads with `--config`: our pod stages."""
-    return yaml.safe_dump_all(pod_stages(), sort_keys=False)
+    """The file kwok reads with `--config`: our node and pod stages."""
+    return yaml.safe_dump_all([*node_stages(), *pod_stages()], sort_keys=False)

@@ -141,6 +141,7 @@ class MacroTable:
     def __init__(self, definitions: Mapping[str, Definition]) -> None:
         self._definitions = dict(definitions)
         self._cache: dict[str, Expansion] = {}
+        self._user: list[Definition] | None = None
 
     @property
     def definitions(self) -> Mapping[str, Definition]:
@@ -148,7 +149,9 @@ class MacroTable:
 
     def user_definitions(self) -> list[Definition]:
         """Definitions from the snippet, its templates or spec.macros (not the built-ins)."""
-        return [d for d in self._definitions.values() if not d.is_builtin]
+        if self._user is None:
+            self._user = [d for d in self._definitions.values() if not d.is_builtin]
+        return list(self._user)
 
     def get(self, name: str) -> Definition | None:
         """The definition the startd sees for `name`: `STARTD.NAME` first, then `NAME`."""

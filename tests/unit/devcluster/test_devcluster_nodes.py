@@ -89,10 +89,33 @@ def test_pod_stages_use_the_documented_annotations() -> None:
     stages = list(yaml.safe_load_all(nodes.kwok_config_yaml()))
     by_name = {stage["metadata"]["name"]: stage for stage in stages}
 
-    assert set(by_name) == {"kondor-pod-running", "kondor-pod-finished", "kondor-pod-delete"}
+    assert set(by_name) == {
+        "kondor-node-ready",
+        "kondor-node-heartbeat",
+        "kondor-pod-running",
+        "kondor-pod-finished",
+        "kondor-pod-delete",
+    }
     finished = by_name["kondor-pod-finished"]["spec"]
     assert finished["delay"]["durationFrom"]["expressionFrom"] == (
         '.metadata.annotations["kondor.io/sim-duration"]'
     )
     assert nodes.SIM_EXIT_CODE_ANNOTATION in finished["next"]["statusTemplate"]
     assert by_name["kondor-pod-delete"]["spec"]["next"] == {"delete": True}
+
+
+def test_a_simulated_node_reports_its_status_as_often_as_a_kubelet() -> None:
+    """The kubelet writes an unchanged Node status every 5 minutes (nodeStatusReportFrequency)
+    and renews its Lease every 10 s; kwok's own lease-less heartbeat would write every 20-45 s."""
+    stages = {
+        s["metadata"]["name"]: s["spec"] for s in yaml.safe_load_all(nodes.kwok_config_yaml())
+    }
+    heartbeat = stages["kondor-node-heartbeat"]
+    assert heartbeat["resourceRef"] == {"apiGroup": "v1", "kind": "Node"}
+    assert heartbeat["delay"] == {
+        "durationMilliseconds": 300_000,
+        "jitterDurationMilliseconds": 330_000,
+    }
+    assert "lastHeartbeatTime" in heartbeat["next"]["statusTemplate"]
+    ready = stages["kondor-node-ready"]["next"]["statusTemplate"]
+    assert "phase: Running" in ready and "capacity" not in ready  # the machine file's stays
