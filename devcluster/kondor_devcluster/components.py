@@ -157,7 +157,11 @@ def controller_manager_args(binary: Path, layout: Layout, ports: Ports) -> list[
         "--bind-address=127.0.0.1",
         f"--secure-port={ports.controller_manager}",
         f"--cert-dir={layout.config / 'kube-controller-manager-certs'}",
-        "--controllers=*",
+        # Not the TTL controller: it tells kubelets how long to cache Secrets and ConfigMaps
+        # by cluster size, and re-annotates every Node each time the fleet crosses a size
+        # step (100, 500, 1,000 nodes), thousands of patches at this client's 20 per second
+        # long after the nodes exist; kwok nodes have no kubelet to read it.
+        "--controllers=*,-ttl",
         "--use-service-account-credentials=true",
         f"--service-account-private-key-file={pki.sa_private}",
         f"--root-ca-file={pki.ca_cert}",

@@ -215,13 +215,12 @@ phase: Running
 )
 
 #: How often a Node's status is written while nothing in it changes: the kubelet's
-#: nodeStatusReportFrequency (5 minutes; kwok adds up to 30 s of jitter so that a fleet
-#: created at once does not report at once). Its liveness is the Lease kwok renews every
-#: 10 s (--node-lease-duration-seconds=40), as the kubelet's. kwok v0.7.0 picks its
-#: lease-less heartbeat (every 20 to 45 s) when the lease is on, 7 to 15 times the
-#: kubelet's write rate, hence these stages of our own.
-NODE_STATUS_REPORT_MS = 300_000
-NODE_STATUS_REPORT_JITTER_MS = 30_000
+#: nodeStatusReportFrequency, 5 minutes on average (kwok draws each delay between the two
+#: bounds, so a fleet created at once does not go on reporting at once). Its liveness is
+#: the Lease kwok renews every 10 s (--node-lease-duration-seconds=40), as the kubelet's.
+#: kwok v0.7.0 picks its lease-less heartbeat (every 20 to 45 s) when the lease is on, 7 to
+#: 15 times the kubelet's write rate, hence these stages of our own.
+NODE_STATUS_REPORT_MS = (240_000, 360_000)
 
 
 def _stage(
@@ -297,9 +296,8 @@ def node_stages() -> list[dict[str, Any]]:
             ],
             {
                 "delay": {
-                    "durationMilliseconds": NODE_STATUS_REPORT_MS,
-                    "jitterDurationMilliseconds": NODE_STATUS_REPORT_MS
-                    + NODE_STATUS_REPORT_JITTER_MS,
+                    "durationMilliseconds": NODE_STATUS_REPORT_MS[0],
+                    "jitterDurationMilliseconds": NODE_STATUS_REPORT_MS[1],
                 },
                 "next": {"statusTemplate": _NODE_CONDITIONS_TEMPLATE},
             },
