@@ -101,8 +101,9 @@ POLLING_INTERVAL = 5.0
 #: The kubelet's node-status write: about one per node per 10 s (Lease renewals, and the
 #: status itself when it changes); the rate Kubernetes is sized for.
 KUBELET_PERIOD = 10.0
-#: The fleet's step threads (steps wait on the API server as much as they compute).
-WORKERS = 8
+#: The fleet's step threads: steps wait on the API server as much as they compute, and a
+#: real fleet makes its requests from every node at once (as bench_scale's fleet, 16).
+WORKERS = 16
 EPS = f"/apis/{GROUP}/{VERSION}/executionpoints"
 WRITE_VERBS = frozenset({"POST", "PUT", "PATCH", "DELETE", "DELETECOLLECTION", "APPLY"})
 READ_VERBS = frozenset({"GET", "LIST"})
@@ -396,6 +397,8 @@ class Bench:
     breakdowns: dict[str, dict[tuple[str, str], float]] = field(default_factory=dict)
     #: CPU seconds each process used from the policy change until every node re-published.
     recarve_cpu: dict[str, float] = field(default_factory=dict)
+    #: Each window's CPU cores by process, every process of the cluster and the fleet.
+    cpu_by_process: dict[str, dict[str, float]] = field(default_factory=dict)
 
     @property
     def count(self) -> int:
@@ -581,6 +584,8 @@ class Bench:
         self.breakdowns[prefix] = {
             key: count / seconds for key, count in last.breakdown(first).items()
         }
+        used_by = {name: (last.cpu[name] - first.cpu[name]) / seconds for name in last.cpu}
+        self.cpu_by_process[prefix] = used_by | {"fleet": results[f"{prefix}_fleet_cpu_cores"]}
 
     async def run(self) -> None:
         self.say(f"creating {self.count} kwok nodes")
@@ -742,6 +747,11 @@ def report(bench: Bench, window: float) -> int:
             f"{verb} {resource} {rate:.2f}" for (verb, resource), rate in counts.items()
         )
         print(f"{prefix}: writes/s by request, as the API server counts them: {listed}")
+    for prefix, cores_by in bench.cpu_by_process.items():
+        listed = ", ".join(
+            f"{name} {cores:.3f}" for name, cores in sorted(cores_by.items(), key=lambda kv: -kv[1])
+        )
+        print(f"{prefix}: CPU cores by process: {listed}; {sum(cores_by.values()):.2f} in all")
     if bench.recarve_cpu:
         # Where the re-carve's time goes: every process shares this machine's cores.
         spent = sorted(bench.recarve_cpu.items(), key=lambda kv: -kv[1])
@@ -787,7 +797,7 @@ async def _run(cluster: DevCluster, machines: list[Path], interval: float, windo
             shared=shared,
             agents=_agents(machines, shared, written),
             operator_url=f"http://127.0.0.1:{port}/metrics",
-            pids={name: pids[name] for name in ("kube-apiserver", "etcd", "kondor-operator")},
+            pids=pids,
             written=written,
         )
         await bench.run()

@@ -140,7 +140,8 @@ def apiserver_args(binary: Path, layout: Layout, ports: Ports) -> list[str]:
         # A namespace's objects (a benchmark's 10,000 pods) are deleted 8 at a time, not one
         # by one (the default of 1 takes about two minutes for 10,000 pods on 2 cores).
         "--delete-collection-workers=8",
-        "--profiling=false",
+        # /debug/pprof for an admin, on 127.0.0.1: where a benchmark's API server time goes.
+        "--profiling=true",
         "--v=1",
     ]
 
@@ -161,7 +162,7 @@ def controller_manager_args(binary: Path, layout: Layout, ports: Ports) -> list[
         # by cluster size, and re-annotates every Node each time the fleet crosses a size
         # step (100, 500, 1,000 nodes), thousands of patches at this client's 20 per second
         # long after the nodes exist; kwok nodes have no kubelet to read it.
-        "--controllers=*,-ttl",
+        "--controllers=*,-ttl-controller",
         "--use-service-account-credentials=true",
         f"--service-account-private-key-file={pki.sa_private}",
         f"--root-ca-file={pki.ca_cert}",

@@ -107,15 +107,15 @@ def test_pod_stages_use_the_documented_annotations() -> None:
 def test_a_simulated_node_reports_its_status_as_often_as_a_kubelet() -> None:
     """The kubelet writes an unchanged Node status every 5 minutes (nodeStatusReportFrequency)
     and renews its Lease every 10 s; kwok's own lease-less heartbeat would write every 20-45 s.
-    kwok draws each delay between the bounds: 4 to 6 minutes, 5 on average."""
+    kwok draws each delay between the bounds: 1 to 9 minutes, 5 on average."""
     stages = {
         s["metadata"]["name"]: s["spec"] for s in yaml.safe_load_all(nodes.kwok_config_yaml())
     }
     heartbeat = stages["kondor-node-heartbeat"]
     assert heartbeat["resourceRef"] == {"apiGroup": "v1", "kind": "Node"}
     assert heartbeat["delay"] == {
-        "durationMilliseconds": 240_000,
-        "jitterDurationMilliseconds": 360_000,
+        "durationMilliseconds": 60_000,
+        "jitterDurationMilliseconds": 540_000,
     }
     assert "lastHeartbeatTime" in heartbeat["next"]["statusTemplate"]
     ready = stages["kondor-node-ready"]["next"]["statusTemplate"]
