@@ -720,7 +720,7 @@ def report(bench: Bench, window: float) -> int:
         "steady_kwok_writes_per_s": kubelet,
         "change_kondor_writes_per_s": kubelet,
         "change_kwok_writes_per_s": kubelet,
-        "steady_apiserver_cpu_cores": "0.48 with 1,000 kwok nodes (status every 20-45 s), no Kondor",
+        "steady_apiserver_cpu_cores": "0.48 at 1,000 kwok nodes, status every 20-45 s, no Kondor",
     }
     # The baseline was measured with the defaults; other sizes give other figures.
     comparable = count == 1000 and interval == 60.0 and window == 180.0
