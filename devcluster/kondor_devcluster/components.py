@@ -204,7 +204,7 @@ def kwok_args(binary: Path, layout: Layout, ports: Ports) -> list[str]:
         "--node-ip=127.0.0.1",
         f"--cidr={POD_CIDR}",
         # Leases renewed every 10 s, as a kubelet does: the node lifecycle controller then
-        # never marks a simulated node Unknown between its status reports (every 5 minutes,
-        # nodes.node_stages).
+        # never marks a simulated node Unknown between its status reports (5 minutes apart on
+        # average, nodes.node_stages).
         "--node-lease-duration-seconds=40",
     ]
