@@ -117,7 +117,9 @@ class KubernetesAPI:
     def read_slot_policy(self, name: str) -> dict[str, Any] | None:
         # From the watch cache: a whole fleet reads the policy at once after an edit, and
         # the agent waits for the generation its ExecutionPoint names (Agent._load_policy).
-        return self._get(SLOT_POLICIES, name, cached=True)
+        # Not there (another API server's cache behind this one's): from etcd, to be sure.
+        found = self._get(SLOT_POLICIES, name, cached=True)
+        return found if found is not None else self._get(SLOT_POLICIES, name)
 
     def read_node(self, name: str) -> dict[str, Any] | None:
         """The Node (labels and allocatable feed host detection), as plain JSON."""
