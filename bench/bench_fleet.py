@@ -42,10 +42,10 @@ per 2 s, whatever the fleet size) is a fixed cost, listed with the API server's 
 
 How the agents share this process (a real node runs one `kondor-agent` of its own): one
 `kubernetes` client and connection pool for their reads and writes (`KubernetesAPI`), their
-steps on 4 worker threads, first steps staggered over one polling interval, and — instead of
-one watch per agent (`WatchedExecutionPoint`, a thread and a connection each) — one watch of
-all ExecutionPoints whose events wake the agent concerned. Their reads of a SlotPolicy still go
-to the API server, as a real agent's do.
+steps on 16 worker threads (WORKERS), first steps staggered over one polling interval, and —
+instead of one watch per agent (`WatchedExecutionPoint`, a thread and a connection each) — one
+watch of all ExecutionPoints whose events wake the agent concerned. Their reads of a SlotPolicy
+still go to the API server, as a real agent's do.
 
 Run (needs the built control plane, `make controlplane`):
 
