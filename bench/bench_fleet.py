@@ -573,19 +573,19 @@ class Bench:
         results[f"{prefix}_operator_writes_per_s"] = operator / seconds
         results[f"{prefix}_kondor_reads_per_s"] = last.reads(first, kondor_read) / seconds
         results[f"{prefix}_kwok_writes_per_s"] = last.writes(first, kubelet_stand_in) / seconds
+        cores = {name: (last.cpu[name] - first.cpu[name]) / seconds for name in last.cpu}
+        cores["fleet"] = (last.fleet_cpu - first.fleet_cpu) / seconds
+        self.cpu_by_process[prefix] = cores
         for name, label in (
             ("kondor-operator", "operator"),
             ("kube-apiserver", "apiserver"),
             ("etcd", "etcd"),
+            ("fleet", "fleet"),
         ):
-            used = last.cpu[name] - first.cpu[name]
-            results[f"{prefix}_{label}_cpu_cores"] = used / seconds
-        results[f"{prefix}_fleet_cpu_cores"] = (last.fleet_cpu - first.fleet_cpu) / seconds
+            results[f"{prefix}_{label}_cpu_cores"] = cores[name]
         self.breakdowns[prefix] = {
             key: count / seconds for key, count in last.breakdown(first).items()
         }
-        used_by = {name: (last.cpu[name] - first.cpu[name]) / seconds for name in last.cpu}
-        self.cpu_by_process[prefix] = used_by | {"fleet": results[f"{prefix}_fleet_cpu_cores"]}
 
     async def run(self) -> None:
         self.say(f"creating {self.count} kwok nodes")

@@ -90,21 +90,18 @@ class KubernetesAPI:
         """The object, or None. `cached`: as the API server's watch cache holds it
         (resourceVersion=0), without a quorum read from etcd; for readers that check what
         they got is new enough."""
+        request = self.api_client.param_serialize(
+            "GET",
+            f"/apis/{GROUP}/{VERSION}/{plural}/{name}",
+            query_params=[("resourceVersion", "0")] if cached else [],
+            header_params={"Accept": "application/json"},
+            auth_settings=["BearerToken"],
+        )
         try:
-            if cached:
-                request = self.api_client.param_serialize(
-                    "GET",
-                    f"/apis/{GROUP}/{VERSION}/{plural}/{name}",
-                    query_params=[("resourceVersion", "0")],
-                    header_params={"Accept": "application/json"},
-                    auth_settings=["BearerToken"],
-                )
-                response = self.api_client.call_api(*request, _request_timeout=60)
-                if not 200 <= response.status <= 299:
-                    raise ApiException(http_resp=response.response)
-                found = json.loads(response.response.data)
-            else:
-                found = self.objects.get_cluster_custom_object(GROUP, VERSION, plural, name)
+            response = self.api_client.call_api(*request, _request_timeout=60)
+            if not 200 <= response.status <= 299:
+                raise ApiException(http_resp=response.response)
+            found = json.loads(response.response.data)
         except ApiException as error:
             if error.status == 404:
                 return None

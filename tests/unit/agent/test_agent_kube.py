@@ -1,0 +1,67 @@
+"""KubernetesAPI's reads: which come from the API server's watch cache, and what happens when
+the cache has not got the object yet."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from kubernetes import client
+
+from kondor_agent.kube import KubernetesAPI
+
+
+class Answer:
+    def __init__(self, status: int, body: Any) -> None:
+        self.status = status
+        self.reason = "OK" if status == 200 else "Not Found"
+        self.data = json.dumps(body).encode()
+        self.response = self
+        self.headers: dict[str, str] = {}
+
+    def getheaders(self) -> dict[str, str]:
+        return self.headers
+
+
+class FakeServer(client.ApiClient):
+    """Answers GETs from `cache` when resourceVersion=0 is asked, else from `etcd`."""
+
+    def __init__(self, cache: dict[str, Any], etcd: dict[str, Any]) -> None:
+        super().__init__(client.Configuration(host="https://127.0.0.1:1"))
+        self.cache, self.etcd = cache, etcd
+        self.asked: list[tuple[str, bool]] = []
+
+    def call_api(self, method: str, url: str, *_: Any, **__: Any) -> Answer:  # type: ignore[override]
+        path, _, query = url.partition("?")
+        name = path.rsplit("/", 1)[1]
+        cached = "resourceVersion=0" in query
+        self.asked.append((name, cached))
+        found = (self.cache if cached else self.etcd).get(name)
+        return Answer(200, found) if found is not None else Answer(404, {"code": 404})
+
+
+def policy(generation: int) -> dict[str, Any]:
+    return {"metadata": {"name": "batch", "generation": generation}, "spec": {}}
+
+
+def test_a_slot_policy_is_read_from_the_watch_cache() -> None:
+    server = FakeServer(cache={"batch": policy(2)}, etcd={"batch": policy(2)})
+    assert KubernetesAPI(server).read_slot_policy("batch") == policy(2)
+    assert server.asked == [("batch", True)]
+
+
+def test_a_slot_policy_missing_from_the_cache_is_read_from_etcd_before_it_is_called_missing() -> (
+    None
+):
+    server = FakeServer(cache={}, etcd={"batch": policy(3)})
+    assert KubernetesAPI(server).read_slot_policy("batch") == policy(3)
+    assert server.asked == [("batch", True), ("batch", False)]
+    gone = FakeServer(cache={}, etcd={})
+    assert KubernetesAPI(gone).read_slot_policy("batch") is None
+
+
+def test_an_execution_point_is_read_from_etcd() -> None:
+    ep = {"metadata": {"name": "n"}, "spec": {"nodeName": "n"}}
+    server = FakeServer(cache={}, etcd={"n": ep})
+    assert KubernetesAPI(server).read_execution_point("n") == ep
+    assert server.asked == [("n", False)]
