@@ -30,6 +30,7 @@ from kondor_core.fleet import NodeFacts, ObservedPolicy, admission_message, chec
 from kondor_operator.nodewatch import NodeChanges, NodeSource, NodeWatch
 from kondor_operator.reconciler import ExecutionPointEntries, Reconciler, slot_policy_entry
 from kondor_operator.webhook import (
+    Reviewers,
     hook_checks,
     register_cod_admission,
     register_job_admission,
@@ -52,6 +53,7 @@ def register(
     connection: kopf.ConnectionInfo | None = None,
     webhook: bool = True,
     webhook_fails_closed: bool = False,
+    reviewers: Reviewers | None = None,
 ) -> None:
     """Register the operator's handlers on `registry`.
 
@@ -61,6 +63,7 @@ def register(
     `webhook_fails_closed` is the webhook's failurePolicy: Fail refuses every SlotPolicy
     write while the operator is down; Ignore (the default) admits them, and the reconciler
     reports an invalid one in its status and leaves its ExecutionPoints as they were.
+    The ExecutionJob and CodClaim webhooks go into `reviewers` too: the server answers them.
     """
     tasks: list[asyncio.Task[None]] = []
     stop_watch = threading.Event()
@@ -130,5 +133,7 @@ def register(
             if not checked.valid:
                 raise kopf.AdmissionError(admission_message(name or "", checked), code=422)
 
-        register_job_admission(registry, connection=connection, fails_closed=webhook_fails_closed)
-        register_cod_admission(registry, connection=connection, fails_closed=webhook_fails_closed)
+        for register_admission in (register_job_admission, register_cod_admission):
+            register_admission(
+                registry, reviewers, connection=connection, fails_closed=webhook_fails_closed
+            )

@@ -35,7 +35,7 @@ import os
 import signal
 import sys
 import threading
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -63,7 +63,7 @@ from kondor_operator.leader import LeaderElector, LeaseTimings
 from kondor_operator.metrics import Metrics
 from kondor_operator.reconciler import Reconciler
 from kondor_operator.reflector import Reflector
-from kondor_operator.webhook import ServiceRef, WebhookOptions, build_server
+from kondor_operator.webhook import Reviewer, ServiceRef, WebhookOptions, build_server
 
 logger = logging.getLogger("kondor_operator")
 
@@ -286,12 +286,15 @@ def connection_info(configuration: client.Configuration) -> kopf.ConnectionInfo:
     )
 
 
-def kopf_settings(options: Options) -> kopf.OperatorSettings:
+def kopf_settings(
+    options: Options, reviewers: Mapping[str, Reviewer] | None = None
+) -> kopf.OperatorSettings:
+    """kopf's settings; its webhook server answers the webhooks in `reviewers` itself."""
     settings = kopf.OperatorSettings()
     settings.peering.standalone = True  # our Lease elects the one replica, not kopf's peering
     settings.posting.level = logging.WARNING  # our own Events say what changed
     if options.webhook is not None:
-        settings.admission.server = build_server(options.webhook)
+        settings.admission.server = build_server(options.webhook, reviewers)
         settings.admission.managed = options.webhook_configuration or None
     return settings
 
@@ -362,6 +365,7 @@ async def run(options: Options) -> int:
     points = ExecutionPointWatch(kube, fan_out(loop, reconciler, schedd, follower))
     queue = JobWatch(kube, jobs_on_loop(loop, schedd))
     registry = kopf.OperatorRegistry()
+    reviewers: dict[str, Reviewer] = {}
     handlers.register(
         registry,
         reconciler,
@@ -370,6 +374,7 @@ async def run(options: Options) -> int:
         connection=connection_info(configuration),
         webhook=options.webhook is not None,
         webhook_fails_closed=options.webhook_failure_policy == "Fail",
+        reviewers=reviewers,
     )
     negotiator.register(registry, schedd, queue, points)
     defragger = defrag.Defrag(schedd, Kube(api_client, instance=options.identity, pacer=pacer))
@@ -413,14 +418,15 @@ async def run(options: Options) -> int:
     points.start(watch_stop)
     queue.start(watch_stop)
     try:
-        return await _operate(options, registry, (points, queue), stop, elector)
+        settings = kopf_settings(options, reviewers)
+        return await _operate(settings, registry, (points, queue), stop, elector)
     finally:
         watch_stop.set()
         follower.close()
 
 
 async def _operate(
-    options: Options,
+    settings: kopf.OperatorSettings,
     registry: kopf.OperatorRegistry,
     watches: Sequence[Reflector],
     stop: asyncio.Event,
@@ -443,7 +449,7 @@ async def _operate(
         operator = asyncio.create_task(
             kopf.operator(
                 registry=registry,
-                settings=kopf_settings(options),
+                settings=settings,
                 clusterwide=True,
                 standalone=True,
                 stop_flag=kopf_stop,

@@ -99,57 +99,172 @@ def test_declared_for_executionjobs_with_their_operations(fails_closed: bool) ->
     }
 
 
+def _review(
+    operation: str, user: kopf.UserInfo, new: Any = None, old: Any = None
+) -> dict[str, Any]:
+    """The AdmissionReview the API server sends (admission.k8s.io/v1)."""
+    request = {"uid": "u-1", "operation": operation, "userInfo": dict(user)}
+    if new is not None:
+        request["object"] = new
+    if old is not None:
+        request["oldObject"] = old
+    return {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": request}
+
+
+def _answer(id: str, review: dict[str, Any], token: str | None = None) -> dict[str, Any]:
+    """The `response` the operator's server gives for `review` on the webhook `id`."""
+    reviewers: dict[str, webhook.Reviewer] = {}
+    connection = kopf.ConnectionInfo(server="https://x", token=token) if token else None
+    register_job_admission(kopf.OperatorRegistry(), reviewers, connection=connection)
+    answer = reviewers[id].answer(review)
+    assert (answer["apiVersion"], answer["kind"]) == ("admission.k8s.io/v1", "AdmissionReview")
+    assert answer["response"]["uid"] == "u-1"
+    return dict(answer["response"])
+
+
 def test_mutation_sets_the_owner_from_userinfo() -> None:
-    mutate = _handlers()[MUTATE_JOB_ID].fn
-    body = _job(owner="bob", process=PROCESS)
-    patch = kopf.Patch(body=body)
+    response = _answer(MUTATE_JOB_ID, _review("CREATE", ALICE, _job(owner="bob", process=PROCESS)))
 
-    mutate(body=body, userinfo=ALICE, patch=patch)
-
-    assert patch == {"spec": {"owner": "alice"}}
-    assert patch.as_json_patch() == [{"op": "replace", "path": "/spec/owner", "value": "alice"}]
+    assert response["allowed"] is True
+    assert response["patchType"] == "JSONPatch"
+    assert json.loads(base64.b64decode(response["patch"])) == [
+        {"op": "replace", "path": "/spec/owner", "value": "alice"}
+    ]
+    # The owner already right: no patch at all (the API server re-encodes nothing).
+    same = _answer(MUTATE_JOB_ID, _review("CREATE", ALICE, _job(owner="alice", process=PROCESS)))
+    assert same == {"uid": "u-1", "allowed": True}
 
 
 def test_a_new_job_is_refused_by_the_mutation_with_the_field_and_value() -> None:
-    mutate = _handlers()[MUTATE_JOB_ID].fn
     job = _job(owner="alice", process=PROCESS, requirements="Memory >")
-    patch = kopf.Patch(body=job)
 
-    with pytest.raises(kopf.AdmissionError) as refused:
-        mutate(body=job, userinfo=ALICE, patch=patch)
+    response = _answer(MUTATE_JOB_ID, _review("CREATE", ALICE, job))
 
-    assert refused.value.code == 422
-    assert "spec.requirements: 'Memory >' is not a valid ClassAd expression" in str(refused.value)
-    assert patch == {}
-    valid = _job(owner="alice", process=PROCESS)
-    mutate(body=valid, userinfo=ALICE, patch=kopf.Patch(body=valid))
+    assert response["allowed"] is False
+    assert "patch" not in response
+    assert response["status"]["code"] == 422
+    assert (
+        "spec.requirements: 'Memory >' is not a valid ClassAd expression"
+        in (response["status"]["message"])
+    )
 
 
 def test_an_update_is_refused_with_the_field_and_value() -> None:
-    validate = _handlers()[VALIDATE_JOB_ID].fn
     old = _job(owner="alice", process=PROCESS)
     new = _job(owner="alice", process=PROCESS, requestCpus=4)
-    with pytest.raises(kopf.AdmissionError) as refused:
-        validate(userinfo=ALICE, operation="UPDATE", new=new, old=old)
-    assert refused.value.code in (403, 422)
-    assert "spec.requestCpus may not change after submission" in str(refused.value)
+
+    response = _answer(VALIDATE_JOB_ID, _review("UPDATE", ALICE, new, old))
+
+    assert response["allowed"] is False
+    assert response["status"]["code"] in (403, 422)
+    assert "spec.requestCpus may not change after submission" in response["status"]["message"]
 
 
 def test_only_the_owner_deletes_and_the_operator_acts_for_others() -> None:
-    validate = _handlers(token=_token({"sub": OPERATOR_SA}))[VALIDATE_JOB_ID].fn
     job = _job(owner="alice", process=PROCESS)
+    operator_token = _token({"sub": OPERATOR_SA})
 
-    with pytest.raises(kopf.AdmissionError) as refused:
-        validate(userinfo=BOB, operation="DELETE", new=None, old=job)
-    assert refused.value.code == 403
-    assert str(refused.value) == (
-        "bob may not delete alice's job default/hello: only its owner or a cluster admin may"
-    )
-    validate(userinfo=ALICE, operation="DELETE", new=None, old=job)
+    refused = _answer(VALIDATE_JOB_ID, _review("DELETE", BOB, old=job), operator_token)
+    assert refused["allowed"] is False
+    assert refused["status"] == {
+        "code": 403,
+        "message": "bob may not delete alice's job default/hello: only its owner or a "
+        "cluster admin may",
+    }
+    assert _answer(VALIDATE_JOB_ID, _review("DELETE", ALICE, old=job))["allowed"] is True
     operator = kopf.UserInfo(username=OPERATOR_SA, uid="", groups=["system:serviceaccounts"])
     labelled = _job(owner="alice", process=PROCESS)
     labelled["metadata"]["labels"] = {"a": "b"}
-    validate(userinfo=operator, operation="UPDATE", new=labelled, old=job)
+    review = _review("UPDATE", operator, labelled, job)
+    assert _answer(VALIDATE_JOB_ID, review, operator_token)["allowed"] is True
+    assert _answer(VALIDATE_JOB_ID, _review("UPDATE", BOB, labelled, job))["allowed"] is False
+
+
+@pytest.mark.parametrize(
+    ("operation", "user", "new", "old"),
+    [
+        ("CREATE", ALICE, _job(owner="bob", process=PROCESS), None),
+        ("CREATE", ALICE, _job(process=PROCESS, requestCpus="lots"), None),
+        ("UPDATE", BOB, _job(owner="alice", process=PROCESS, hold=True), _job(owner="alice")),
+        ("DELETE", ALICE, None, _job(owner="alice", process=PROCESS)),
+    ],
+)
+def test_kopfs_handlers_decide_as_the_server_answers(
+    operation: str, user: kopf.UserInfo, new: Any, old: Any
+) -> None:
+    """The webhooks stay declared to kopf with handlers that decide the same, for a kopf
+    server or tunnel that calls them."""
+    id = MUTATE_JOB_ID if operation == "CREATE" else VALIDATE_JOB_ID
+    response = _answer(id, _review(operation, user, new, old))
+    body = kopf.Body(new if new is not None else old)
+    patch = kopf.Patch(body=body)
+    new_body = kopf.Body(new) if new is not None else None
+    old_body = kopf.Body(old) if old is not None else None
+
+    handler = _handlers()[id].fn
+    try:
+        handler(userinfo=user, patch=patch, operation=operation, new=new_body, old=old_body)
+    except kopf.AdmissionError as refused:
+        assert response["allowed"] is False
+        assert response["status"] == {"code": refused.code, "message": str(refused)}
+    else:
+        assert response["allowed"] is True
+        expected = json.loads(base64.b64decode(response["patch"])) if "patch" in response else []
+        assert patch.as_json_patch() == expected
+
+
+@pytest.mark.parametrize(
+    ("body", "merge", "expected"),
+    [
+        (
+            {"spec": {"owner": "bob"}},
+            {"spec": {"owner": "alice"}},
+            [{"op": "replace", "path": "/spec/owner", "value": "alice"}],
+        ),
+        (
+            {"spec": {}},
+            {"spec": {"owner": "alice"}},
+            [{"op": "add", "path": "/spec/owner", "value": "alice"}],
+        ),
+        (
+            {},
+            {"spec": {"owner": "alice"}},
+            [{"op": "add", "path": "/spec", "value": {"owner": "alice"}}],
+        ),
+        # A label key holds "/" (and may hold "~"): RFC 6901 escapes them.
+        (
+            {"metadata": {"labels": {"a": "b"}}},
+            {"metadata": {"labels": {"kondor.io/execution-point": "n1", "x~y": "z"}}},
+            [
+                {"op": "add", "path": "/metadata/labels/kondor.io~1execution-point", "value": "n1"},
+                {"op": "add", "path": "/metadata/labels/x~0y", "value": "z"},
+            ],
+        ),
+        (
+            {"metadata": {"labels": None}},
+            {"metadata": {"labels": {"a": "b"}}},
+            [{"op": "replace", "path": "/metadata/labels", "value": {"a": "b"}}],
+        ),
+        (
+            {"spec": {"owner": "bob"}},
+            {"spec": {"owner": None, "gone": None}},
+            [{"op": "remove", "path": "/spec/owner"}],
+        ),
+        ({"spec": {"owner": "bob"}}, {}, []),
+    ],
+)
+def test_a_merge_patch_becomes_the_json_patch_the_api_server_applies(
+    body: dict[str, Any], merge: dict[str, Any], expected: list[Any]
+) -> None:
+    assert webhook.json_patch(body, merge) == expected
+
+
+def test_a_review_without_a_request_or_user_is_a_bad_request() -> None:
+    reviewers: dict[str, webhook.Reviewer] = {}
+    register_job_admission(kopf.OperatorRegistry(), reviewers)
+    for review in ({}, {"request": "x"}, {"request": {"operation": "CREATE"}}):
+        with pytest.raises(ValueError, match="no request or no userInfo"):
+            reviewers[MUTATE_JOB_ID].answer(review)
 
 
 @pytest.mark.parametrize(
