@@ -35,6 +35,7 @@ from kondor_agent.kube import (
     ConflictError,
     KubernetesAPI,
     NotFoundError,
+    SlotPolicies,
     WriteError,
     informer,
 )
@@ -277,11 +278,13 @@ class Routed:
 
 class FleetExecutionPoints:
     """`ExecutionPointAPI` of every agent of the process: ExecutionPoints from one watch
-    (`Routed`), SlotPolicy reads and status writes through one shared client."""
+    (`Routed`), SlotPolicies from another (`SlotPolicies`), status writes through one shared
+    client."""
 
-    def __init__(self, api: KubernetesAPI, routed: Routed) -> None:
+    def __init__(self, api: KubernetesAPI, routed: Routed, policies: SlotPolicies) -> None:
         self.api = api
         self.routed = routed
+        self.policies = policies
 
     def read_execution_point(self, name: str) -> dict[str, Any] | None:
         if not self.routed.synced.is_set():
@@ -290,7 +293,8 @@ class FleetExecutionPoints:
         return copy.deepcopy(dict(found)) if found is not None else None
 
     def read_slot_policy(self, name: str) -> dict[str, Any] | None:
-        return self.api.read_slot_policy(name)
+        found = self.policies.get(name) if self.policies.synced.is_set() else None
+        return found if found is not None else self.api.read_slot_policy(name)
 
     def patch_status(self, name: str, patch: Mapping[str, Any]) -> None:
         self.api.patch_status(name, patch)
@@ -398,6 +402,7 @@ class FleetProcess:
     execution_points: Routed
     jobs: Routed
     pods: Routed
+    policies: SlotPolicies
     stop: threading.Event = field(default_factory=threading.Event)
 
     @classmethod
@@ -412,7 +417,8 @@ class FleetProcess:
         eps = Routed(object_name, spec_signature, nodes=names)
         jobs = Routed(job_node, job_signature, nodes=names)
         pods = Routed(node_label, pod_signature, nodes=names)
-        shared = FleetExecutionPoints(api, eps)
+        policies = SlotPolicies()
+        shared = FleetExecutionPoints(api, eps, policies)
         agents = []
         for machine in machines:
             runner = JobRunner(
@@ -422,11 +428,24 @@ class FleetProcess:
             )
             config = AgentConfig(node_name=machine.name, polling_interval=polling_interval)
             agents.append(Agent(config, shared, _constant(machine), jobs=runner))
-        return cls(api, agents, eps, jobs, pods)
+        return cls(api, agents, eps, jobs, pods, policies)
 
     def start_watches(self, fleet: Fleet) -> None:
         for routed in (self.execution_points, self.jobs, self.pods):
             routed.on_change = fleet.wake
+        names = [agent.name for agent in self.agents]
+
+        def wake_all() -> None:  # a policy changed: each agent looks whether it is its own
+            for name in names:
+                fleet.wake(name)
+
+        self.policies.on_change = wake_all
+        threading.Thread(
+            target=self.policies.follow,
+            args=(self.api, self.stop, 300),
+            name="watch-slotpolicies",
+            daemon=True,
+        ).start()
         objects, core = self.api.objects, client.CoreV1Api(self.api.api_client)
         selector = {"label_selector": EXECUTION_POINT_LABEL}
 
@@ -448,7 +467,8 @@ class FleetProcess:
         start_watch(self.pods, list_pods, selector, self.stop, "job pods")
 
     def synced(self) -> bool:
-        return all(r.synced.is_set() for r in (self.execution_points, self.jobs, self.pods))
+        watches = (self.execution_points, self.jobs, self.pods, self.policies)
+        return all(watch.synced.is_set() for watch in watches)
 
 
 def _constant(machine: Machine) -> Callable[[], Machine]:
@@ -468,8 +488,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(message)s")
     machines = [MachineFile(path).read() for path in args.machines]
-    # A connection for each worker and each shared watch (ExecutionPoints, jobs, pods).
-    api = KubernetesAPI.connect(args.kubeconfig, connections=args.workers + 4)
+    # A connection for each worker and each shared watch (ExecutionPoints, jobs, pods,
+    # SlotPolicies).
+    api = KubernetesAPI.connect(args.kubeconfig, connections=args.workers + 5)
     process = FleetProcess.build(api, machines, polling_interval=args.polling_interval)
     fleet = Fleet(process.agents, workers=args.workers, stagger=args.stagger)
 

@@ -112,11 +112,14 @@ class KubernetesAPI:
         return self._get(EXECUTION_POINTS, name)
 
     def read_slot_policy(self, name: str) -> dict[str, Any] | None:
-        # From the watch cache: a whole fleet reads the policy at once after an edit, and
-        # the agent waits for the generation its ExecutionPoint names (Agent._load_policy).
-        # Not there (another API server's cache behind this one's): from etcd, to be sure.
+        # From the watch cache: a whole fleet reads the policy at once after an edit. Not
+        # there (another API server's cache behind this one's): from etcd, to be sure.
         found = self._get(SLOT_POLICIES, name, cached=True)
         return found if found is not None else self._get(SLOT_POLICIES, name)
+
+    def list_slot_policies(self, **options: Any) -> Any:
+        """A list or watch of every SlotPolicy (`informer`'s `list_objects`)."""
+        return self.objects.list_cluster_custom_object(GROUP, VERSION, SLOT_POLICIES, **options)
 
     def read_node(self, name: str) -> dict[str, Any] | None:
         """The Node (labels and allocatable feed host detection), as plain JSON."""
@@ -140,13 +143,73 @@ class KubernetesAPI:
             raise WriteError(f"{error.status} {error.reason}: {error.body}") from None
 
 
-class WatchedExecutionPoint:
-    """An ExecutionPointAPI whose reads of one ExecutionPoint come from a watch, so an idle
-    agent reads nothing from the API server between changes (the informer pattern, for one
-    object). Until the watch has listed the object, reads go to the API server.
+class SlotPolicies:
+    """Every SlotPolicy as a watch saw them (a cluster holds a few): the agent reads its own
+    every cycle without a request, and `on_change` is called when a policy's spec or
+    generation changes, or a policy appears or goes, so that its nodes re-carve at once, as
+    startds do at condor_reconfig. Fed by `listed`, `changed` and `lost`, as `informer` calls
+    them (from its thread), so tests feed it by hand."""
 
-    `on_change` is called (from the watch thread) when the object's spec or its existence
-    changes, not for status writes, so that the agent acts on a new policy at once.
+    def __init__(self, on_change: Callable[[], None] | None = None) -> None:
+        self.on_change = on_change
+        self.synced = threading.Event()
+        self._by_name: dict[str, Mapping[str, Any]] = {}
+        self._lock = threading.Lock()
+
+    def get(self, name: str) -> dict[str, Any] | None:
+        """The policy as last seen (a shallow copy: its contents are shared, not to be
+        changed), or None."""
+        with self._lock:
+            found = self._by_name.get(name)
+        return dict(found) if found is not None else None
+
+    def listed(self, items: list[Mapping[str, Any]]) -> None:
+        fresh = {_name_of(item): item for item in items}
+        with self._lock:
+            before, self._by_name = self._by_name, fresh
+        self.synced.set()
+        if any(_spec_of(before.get(n)) != _spec_of(fresh.get(n)) for n in {*before, *fresh}):
+            self._changed()
+
+    def changed(self, kind: str, found: Mapping[str, Any]) -> None:
+        name = _name_of(found)
+        with self._lock:
+            before = self._by_name.pop(name, None)
+            if kind != "DELETED":
+                self._by_name[name] = found
+        if _spec_of(before) != _spec_of(None if kind == "DELETED" else found):
+            self._changed()
+
+    def lost(self) -> None:
+        self.synced.clear()
+
+    def follow(self, api: KubernetesAPI, stop: threading.Event, timeout_seconds: int) -> None:
+        """Watch every SlotPolicy until `stop` (blocks: run it on a thread)."""
+        informer(
+            api.list_slot_policies,
+            {},
+            listed=self.listed,
+            changed=self.changed,
+            lost=self.lost,
+            stop=stop,
+            what="slotpolicies",
+            timeout_seconds=timeout_seconds,
+        )
+
+    def _changed(self) -> None:
+        if self.on_change is not None:
+            self.on_change()
+
+
+class WatchedExecutionPoint:
+    """An ExecutionPointAPI whose reads of one ExecutionPoint and of the SlotPolicies come
+    from watches, so an idle agent reads nothing from the API server between changes (the
+    informer pattern, for one object and a few). Until a watch has listed, reads go to the
+    API server; so does the read of a policy the watch has not seen (yet).
+
+    `on_change` is called (from a watch thread) when the ExecutionPoint's spec or its
+    existence changes, not for status writes, and when a SlotPolicy changes, so that the agent
+    acts on a new or edited policy at once.
     """
 
     def __init__(
@@ -162,12 +225,22 @@ class WatchedExecutionPoint:
         self.on_change = on_change
         self.timeout_seconds = timeout_seconds
         self.synced = False
+        self.policies = SlotPolicies(on_change=self._changed)
         self._cached: dict[str, Any] | None = None
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name=f"watch-{name}", daemon=True)
+        self._threads = [
+            threading.Thread(target=self._run, name=f"watch-{name}", daemon=True),
+            threading.Thread(
+                target=self.policies.follow,
+                args=(api, self._stop, timeout_seconds),
+                name="watch-slotpolicies",
+                daemon=True,
+            ),
+        ]
 
     def start(self) -> None:
-        self._thread.start()
+        for thread in self._threads:
+            thread.start()
 
     def stop(self) -> None:
         self._stop.set()
@@ -179,7 +252,8 @@ class WatchedExecutionPoint:
         return self.api.read_execution_point(name)
 
     def read_slot_policy(self, name: str) -> dict[str, Any] | None:
-        return self.api.read_slot_policy(name)
+        found = self.policies.get(name) if self.policies.synced.is_set() else None
+        return found if found is not None else self.api.read_slot_policy(name)
 
     def read_node(self, name: str) -> dict[str, Any] | None:
         return self.api.read_node(name)
@@ -187,11 +261,15 @@ class WatchedExecutionPoint:
     def patch_status(self, name: str, patch: Mapping[str, Any]) -> None:
         self.api.patch_status(name, patch)
 
+    def _changed(self) -> None:
+        if self.on_change is not None:
+            self.on_change()
+
     def _set(self, found: Mapping[str, Any] | None) -> None:
         before = self._cached
         self._cached = dict(found) if found is not None else None
-        if _spec_of(before) != _spec_of(self._cached) and self.on_change is not None:
-            self.on_change()
+        if _spec_of(before) != _spec_of(self._cached):
+            self._changed()
 
     def _run(self) -> None:
         def listed(items: list[Mapping[str, Any]]) -> None:
@@ -383,6 +461,10 @@ def informer(
             log.info("watch of %s ended (%s); listing again", what, err)
             stop.wait(backoff)
             backoff = min(backoff * 2, 30.0)
+
+
+def _name_of(found: Mapping[str, Any]) -> str:
+    return str((found.get("metadata") or {}).get("name") or "")
 
 
 def _spec_of(found: Mapping[str, Any] | None) -> Any:

@@ -29,6 +29,7 @@ from kondor_core import startd
 from kondor_core.api import (
     InvalidObjectError,
     Machine,
+    PolicyRef,
     ResolvedPolicy,
     SlotPolicy,
     SlotPolicySpec,
@@ -465,10 +466,11 @@ class Agent:
             log.error("executionpoint %s: bad spec: %s", self.name, "; ".join(describe_errors(err)))
             return None
 
-    def _load_policy(self, ref: ResolvedPolicy, now: float) -> None:
-        """Read the SlotPolicy when the ExecutionPoint names another one or a newer generation."""
-        if ref == self._policy_ref and self._policy is not None:
-            return
+    def _load_policy(self, ref: PolicyRef, now: float) -> None:
+        """Follow the SlotPolicy the ExecutionPoint names: take each new generation of it (as
+        read, from the watch's cache), as a startd reads its configuration again at
+        condor_reconfig. A generation that is not a valid SlotPolicy is not taken: the slots
+        stay as they were, and Ready says why."""
         try:
             raw = self.api.read_slot_policy(ref.name)
         except Exception as err:
@@ -479,16 +481,17 @@ class Agent:
             self._policy = None
             self.startd = None
             return
+        generation = int((raw.get("metadata") or {}).get("generation") or 0)
+        seen = ResolvedPolicy(name=ref.name, generation=generation)
+        if self._policy is not None and self._policy_ref == seen:
+            return
         try:
             policy = validate(SlotPolicy, _manifest(raw), what=f"slotpolicy {ref.name}")
         except InvalidObjectError as err:
             self._condition(now, "False", "PolicyInvalid", str(err))
             return
         assert isinstance(policy, SlotPolicy)
-        generation = int(raw.get("metadata", {}).get("generation") or 0)
-        if generation < ref.generation:
-            return  # the API server has not caught up with the operator yet: next tick
-        self._policy, self._policy_ref = policy, ref
+        self._policy, self._policy_ref = policy, seen
 
     def _carve(self, machine: Machine, policy: SlotPolicy, now: float) -> None:
         ref = self._policy_ref
@@ -524,13 +527,6 @@ class Agent:
             message = f"SlotPolicy {ref.name} does not fit this machine: {err}{kept}"
             self._condition(now, "False", "PolicyInvalid", message)
             return
-        if ref.hash and ref.hash != self.startd.compiled_hash:
-            log.warning(
-                "slotpolicy %s compiles to %s here, the operator's hash is %s",
-                ref.name,
-                self.startd.compiled_hash,
-                ref.hash,
-            )
         for warning in self.startd.warnings:
             log.warning("slotpolicy %s: %s", ref.name, warning)
         if self.cron is not None:

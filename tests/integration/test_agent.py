@@ -131,19 +131,10 @@ class Node:
         return slots
 
     def set_policy(self, spec: dict[str, Any]) -> None:
-        """Edit the SlotPolicy, then pin its new generation in the ExecutionPoint as the
-        operator does."""
+        """Edit the SlotPolicy the ExecutionPoint names: the agent follows it itself."""
         self.policy_file.write_text(yaml.safe_dump(_policy(self.policy, spec)))
-        body = self.objects.patch_cluster_custom_object(
-            GROUP, VERSION, "slotpolicies", self.policy, {"spec": spec}
-        )
-        generation = int(body["metadata"]["generation"])
         self.objects.patch_cluster_custom_object(
-            GROUP,
-            VERSION,
-            "executionpoints",
-            self.name,
-            {"spec": {"policy": {"name": self.policy, "generation": generation, "hash": ""}}},
+            GROUP, VERSION, "slotpolicies", self.policy, {"spec": spec}
         )
 
     def writes(self) -> float:
@@ -182,17 +173,12 @@ def node(
     objects = client.CustomObjectsApi(admin)
     policy_file = tmp_path / "policy.yaml"
     policy_file.write_text(yaml.safe_dump(_policy(name, POLICY_SPEC)))
-    created = objects.create_cluster_custom_object(
-        GROUP, VERSION, "slotpolicies", _policy(name, POLICY_SPEC)
-    )
+    objects.create_cluster_custom_object(GROUP, VERSION, "slotpolicies", _policy(name, POLICY_SPEC))
     ep = {
         "apiVersion": f"{GROUP}/{VERSION}",
         "kind": "ExecutionPoint",
         "metadata": {"name": name},
-        "spec": {
-            "nodeName": name,
-            "policy": {"name": name, "generation": created["metadata"]["generation"]},
-        },
+        "spec": {"nodeName": name, "policy": {"name": name}},
     }
     objects.create_cluster_custom_object(GROUP, VERSION, "executionpoints", ep)
     state = Node(

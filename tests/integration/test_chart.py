@@ -153,6 +153,8 @@ def test_controllers_make_the_pods(installed: Installed) -> None:
         (("agent", "patch", "executionpoints.kondor.io", None), False),
         (("agent", "delete", "executionpoints.kondor.io", None), False),
         (("agent", "get", "slotpolicies.kondor.io", None), True),
+        (("agent", "watch", "slotpolicies.kondor.io", None), True),
+        (("agent", "patch", "slotpolicies.kondor.io", None), False),
         (("agent", "create", "pods", "kondor-chart"), True),
         (("agent", "create", "pods", "default"), True),  # a pod job lives in its job's namespace
         (("agent", "get", "secrets", "kondor-chart"), False),

@@ -19,6 +19,7 @@ from kondor_core.api.executionpoint import (
     ExecutionPointSpec,
     ExecutionPointStatus,
     OperatorStatus,
+    PolicyRef,
     ResolvedPolicy,
     SlotStatus,
 )
@@ -120,6 +121,7 @@ __all__ = [
     "OperatorStatus",
     "OwnerReference",
     "PodRuntime",
+    "PolicyRef",
     "PoolSpec",
     "ProcessRuntime",
     "Reserved",

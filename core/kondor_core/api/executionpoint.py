@@ -9,8 +9,16 @@ from pydantic import Field
 from kondor_core.api.base import ClassAdExpr, Condition, Model
 
 
+class PolicyRef(Model):
+    """The SlotPolicy that won for this node (spec.policy): named, not pinned to a generation.
+    The node's agent follows that SlotPolicy and carves each generation of it, as a startd
+    reads its configuration again at condor_reconfig; `status.policy` says which it carved."""
+
+    name: str
+
+
 class ResolvedPolicy(Model):
-    """The SlotPolicy that won for this node, pinned by generation and compiled hash."""
+    """The SlotPolicy generation (and its compiled hash) a node's slots were carved with."""
 
     name: str
     generation: int = 0
@@ -56,7 +64,7 @@ class ExecutionPointSpec(Model):
     """spec of an ExecutionPoint (kondor.io/v1alpha1)."""
 
     node_name: str
-    policy: ResolvedPolicy | None = None
+    policy: PolicyRef | None = None
     drain: DrainRequest | None = Field(
         default=None, description="A drain asked by an admin (`kubectl kondor drain`)"
     )

@@ -9,7 +9,8 @@ Rules (DESIGN.md, "Node to ExecutionPoint"):
 
 * a node that at least one valid policy selects has one ExecutionPoint named
   after it, owned by the Node (so the garbage collector removes it with the
-  node), whose spec pins the winning policy's name, generation and hash;
+  node), whose spec names the winning policy (its agent follows that policy's
+  generations itself: an edit of a policy rewrites no ExecutionPoint);
 * an ExecutionPoint the operator manages is deleted when no policy selects its
   node any more;
 * an ExecutionPoint governed by a policy that is now invalid is left as it is
@@ -26,7 +27,7 @@ from datetime import datetime
 from typing import Any
 
 from kondor_core.api.conditions import condition_status
-from kondor_core.api.executionpoint import ExecutionPointSpec, OperatorStatus, ResolvedPolicy
+from kondor_core.api.executionpoint import ExecutionPointSpec, OperatorStatus, PolicyRef
 from kondor_core.api.manifest import ExecutionPoint, ObjectMeta, OwnerReference
 from kondor_core.api.meta import merge_patch, model_patch
 from kondor_core.api.slotpolicy import SlotPolicyStatus
@@ -54,7 +55,7 @@ class ObservedExecutionPoint:
 
     name: str
     node_name: str
-    policy: ResolvedPolicy | None = None
+    policy: PolicyRef | None = None
     managed: bool = True
     owner_uid: str | None = None
     deleting: bool = False
@@ -130,9 +131,8 @@ class PatchPolicyStatus:
 Action = CreateExecutionPoint | PatchExecutionPoint | DeleteExecutionPoint | PatchOperatorStatus
 
 
-def resolved_policy(resolution: Resolution) -> ResolvedPolicy:
-    winner = resolution.policy
-    return ResolvedPolicy(name=winner.name, generation=winner.generation, hash=winner.hash)
+def resolved_policy(resolution: Resolution) -> PolicyRef:
+    return PolicyRef(name=resolution.policy.name)
 
 
 def owner_reference(node: NodeFacts) -> OwnerReference:
@@ -151,10 +151,6 @@ def execution_point_manifest(node: NodeFacts, resolution: Resolution) -> dict[st
     return ExecutionPoint(metadata=metadata, spec=spec).dump()
 
 
-def _policy_text(policy: ResolvedPolicy) -> str:
-    return f"{policy.name} (generation {policy.generation}, hash {policy.hash[:12]})"
-
-
 def _plan_one(
     name: str,
     node: NodeFacts | None,
@@ -169,8 +165,7 @@ def _plan_one(
         if node is None or resolution is None:
             return []
         manifest = execution_point_manifest(node, resolution)
-        text = f"ExecutionPoint for node {name} with SlotPolicy "
-        text += _policy_text(resolved_policy(resolution))
+        text = f"ExecutionPoint for node {name} with SlotPolicy {resolution.policy.name}"
         event = Event("Normal", "Created", text, policy=resolution.policy.name)
         return [CreateExecutionPoint(name, manifest, event)]
     if ep.deleting:
@@ -200,11 +195,11 @@ def _plan_one(
         patch["spec"] = spec
     if patch:
         if not ep.managed:
-            text = f"{name} now follows {_policy_text(desired)}"
+            text = f"{name} now follows SlotPolicy {desired.name}"
             event = Event("Normal", "Adopted", text, policy=desired.name)
         elif "policy" in spec:
-            before = _policy_text(ep.policy) if ep.policy else "none"
-            text = f"SlotPolicy {before} -> {_policy_text(desired)}"
+            before = ep.policy.name if ep.policy else "none"
+            text = f"SlotPolicy {before} -> {desired.name}"
             event = Event("Normal", "PolicyChanged", text, policy=desired.name)
         else:
             event = Event("Normal", "Updated", f"{name}: owner or node name corrected")

@@ -42,12 +42,10 @@ class FakeAPI:
         body.setdefault("metadata", {})["generation"] = generation
         self.slot_policies[body["metadata"]["name"]] = body
 
-    def add_execution_point(
-        self, node: str, policy: str | None, generation: int = 1, status: Any = None
-    ) -> None:
+    def add_execution_point(self, node: str, policy: str | None, status: Any = None) -> None:
         spec: dict[str, Any] = {"nodeName": node}
         if policy is not None:
-            spec["policy"] = {"name": policy, "generation": generation, "hash": ""}
+            spec["policy"] = {"name": policy}
         body: dict[str, Any] = {
             "apiVersion": "kondor.io/v1alpha1",
             "kind": "ExecutionPoint",

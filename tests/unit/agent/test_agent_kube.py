@@ -8,7 +8,7 @@ from typing import Any
 
 from kubernetes import client
 
-from kondor_agent.kube import KubernetesAPI
+from kondor_agent.kube import KubernetesAPI, SlotPolicies
 
 
 class Answer:
@@ -65,3 +65,24 @@ def test_an_execution_point_is_read_from_etcd() -> None:
     server = FakeServer(cache={}, etcd={"n": ep})
     assert KubernetesAPI(server).read_execution_point("n") == ep
     assert server.asked == [("n", False)]
+
+
+def test_the_slot_policies_watch_wakes_the_agent_for_edits_not_for_status() -> None:
+    woken: list[int] = []
+    policies = SlotPolicies(on_change=lambda: woken.append(1))
+    assert policies.get("batch") is None and not policies.synced.is_set()
+
+    policies.listed([policy(1)])
+    assert policies.synced.is_set() and policies.get("batch") == policy(1)
+    assert len(woken) == 1  # a policy appeared
+    with_status = {**policy(1), "status": {"nodesGoverned": 3}}
+    policies.changed("MODIFIED", with_status)
+    assert len(woken) == 1  # the operator's status: nothing for the agent to do
+    policies.changed("MODIFIED", policy(2))
+    assert len(woken) == 2 and policies.get("batch") == policy(2)
+    policies.listed([policy(2)])  # listed again after a dropped watch: nothing new
+    assert len(woken) == 2
+    policies.changed("DELETED", policy(2))
+    assert len(woken) == 3 and policies.get("batch") is None
+    policies.lost()
+    assert not policies.synced.is_set()

@@ -149,13 +149,50 @@ def test_policy_edit_recarves_within_one_polling_interval(gpu_node: Any) -> None
     assert len(api.status(NODE)["slots"]) == 4
     edited_at = clock.now
     api.add_policy(load_yaml(EXAMPLES / "policies" / "default.yaml"), generation=1)
-    api.execution_points[NODE]["spec"]["policy"] = {"name": "default", "generation": 1, "hash": ""}
+    api.execution_points[NODE]["spec"]["policy"] = {"name": "default"}
     _run(agent, clock, edited_at + 6)
     status = api.status(NODE)
     ads = [slot["ad"] for slot in status["slots"]]
     assert _shape(ads) == _shape(_simulated("gpu-mixed.yaml", "default.yaml"))
     assert status["policy"]["name"] == "default"
     assert api.patches[-1][0] - edited_at <= 6
+
+
+def test_an_edit_of_its_policy_recarves_with_no_change_to_the_execution_point(
+    gpu_node: Any,
+) -> None:
+    """The ExecutionPoint names its policy; the agent follows that policy's generations, as a
+    startd reads its configuration again at condor_reconfig. A generation that is no valid
+    SlotPolicy is not taken: the slots stay, and Ready says why."""
+    api, clock, machines = gpu_node
+    agent = _agent(api, clock, machines)
+    _run(agent, clock, clock.now + 30)
+    assert api.status(NODE)["policy"]["generation"] == 1
+    spec_before = dict(api.execution_points[NODE]["spec"])
+    edited = load_yaml(EXAMPLES / "policies" / "default.yaml")
+    edited["metadata"]["name"] = "gpu-split"
+    api.add_policy(edited, generation=2)
+    edited_at = clock.now
+    _run(agent, clock, edited_at + 6)
+    status = api.status(NODE)
+    assert status["policy"]["generation"] == 2
+    assert _shape([slot["ad"] for slot in status["slots"]]) == _shape(
+        _simulated("gpu-mixed.yaml", "default.yaml")
+    )
+    assert api.patches[-1][0] - edited_at <= 6
+    assert api.execution_points[NODE]["spec"] == spec_before  # nobody rewrote it
+
+    broken = dict(edited, spec={**edited["spec"], "slotTypes": "not a list"})
+    api.add_policy(broken, generation=3)
+    _run(agent, clock, clock.now + 6)
+    status = api.status(NODE)
+    assert status["policy"]["generation"] == 2
+    assert _shape([slot["ad"] for slot in status["slots"]]) == _shape(
+        _simulated("gpu-mixed.yaml", "default.yaml")
+    )
+    [ready] = [c for c in status["conditions"] if c["type"] == "Ready"]
+    assert (ready["status"], ready["reason"]) == ("False", "PolicyInvalid")
+    assert "slotpolicy gpu-split" in ready["message"]
 
 
 def test_a_drain_goes_on_through_a_policy_edit(gpu_node: Any) -> None:
@@ -171,7 +208,7 @@ def test_a_drain_goes_on_through_a_policy_edit(gpu_node: Any) -> None:
     _run(agent, clock, clock.now + 10)
     assert api.status(NODE)["drain"]["state"] == "Drained"
     api.add_policy(load_yaml(EXAMPLES / "policies" / "default.yaml"), generation=1)
-    api.execution_points[NODE]["spec"]["policy"] = {"name": "default", "generation": 1, "hash": ""}
+    api.execution_points[NODE]["spec"]["policy"] = {"name": "default"}
     _run(agent, clock, clock.now + 10)
     status = api.status(NODE)
     assert status["policy"]["name"] == "default"
@@ -282,7 +319,7 @@ def test_wake_evaluates_at_once_when_the_execution_point_changes(gpu_node: Any) 
     agent = _agent(api, clock, machines)
     agent.step()
     api.add_policy(load_yaml(EXAMPLES / "policies" / "default.yaml"))
-    api.execution_points[NODE]["spec"]["policy"] = {"name": "default", "generation": 1}
+    api.execution_points[NODE]["spec"]["policy"] = {"name": "default"}
     clock.now += 0.1
     agent.wake()  # what the watch does on a spec change
     agent.step()
@@ -303,7 +340,7 @@ def test_a_policy_that_does_not_fit_keeps_the_slots_and_says_why(gpu_node: Any) 
         "spec": {"slotTypes": [{"id": 1, "count": 1, "resources": "cpus=512"}]},
     }
     api.add_policy(too_big)
-    api.execution_points[NODE]["spec"]["policy"] = {"name": "too-big", "generation": 1}
+    api.execution_points[NODE]["spec"]["policy"] = {"name": "too-big"}
     _run(agent, clock, clock.now + 10)
     status = api.status(NODE)
     assert [slot["name"] for slot in status["slots"]] == before

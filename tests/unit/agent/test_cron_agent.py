@@ -152,11 +152,8 @@ def test_the_loop_publishes_cron_ads_and_the_policy_reads_them(tmp_path: Path) -
             },
             generation=2,
         )
-        api.add_execution_point(
-            machines.machine.name, "cron", generation=2, status=api.status(machines.machine.name)
-        )
         clock.now += 5
-        agent.step()  # re-carved; the new job starts
+        agent.step()  # re-carved with generation 2 (the agent follows it); the new job starts
         run_until(cron, spawner, 1.5)
         assert "urgent" in cron.ads()
         clock.now += 5

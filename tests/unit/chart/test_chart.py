@@ -465,7 +465,8 @@ def test_operator_permissions(
         (("*", "kondor.io", "executionpoints", "patch"), False),  # the spec is the operator's
         (("*", "kondor.io", "executionpoints", "delete"), False),
         (("*", "kondor.io", "slotpolicies", "get"), True),
-        (("*", "kondor.io", "slotpolicies", "list"), False),
+        (("*", "kondor.io", "slotpolicies", "watch"), True),  # it follows its policy's edits
+        (("*", "kondor.io", "slotpolicies", "patch"), False),
         # A pod job's Pod is owned by its ExecutionJob, so it lives in the job's namespace.
         (("*", "", "pods", "create"), True),
         (("*", "", "pods", "delete"), True),

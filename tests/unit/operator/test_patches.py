@@ -23,7 +23,7 @@ from kondor_core.api import (
     ObjectMeta,
     OperatorStatus,
     OwnerReference,
-    ResolvedPolicy,
+    PolicyRef,
     SlotPolicySpec,
     SlotPolicyStatus,
     apply_merge_patch,
@@ -200,7 +200,7 @@ def test_every_write_of_a_busy_fleet_fits_the_models() -> None:
     server.policy("batch", priority=1, nodeSelector={"matchLabels": {"pool": "batch"}})
     server.policy("gpu", priority=1, nodeSelector={"matchLabels": {"gpu": "yes"}})
     server.policy("broken", start="Idle >")
-    server.eps["n1"] = {  # managed, pinned to an old generation of batch
+    server.eps["n1"] = {  # managed, naming a policy that no longer selects it
         "apiVersion": API_VERSION,
         "kind": "ExecutionPoint",
         "metadata": {
@@ -211,7 +211,7 @@ def test_every_write_of_a_busy_fleet_fits_the_models() -> None:
                 {"apiVersion": "v1", "kind": "Node", "name": "n1", "uid": "uid-n1"}
             ],
         },
-        "spec": {"nodeName": "n1", "policy": {"name": "batch", "generation": 0, "hash": "x"}},
+        "spec": {"nodeName": "n1", "policy": {"name": "retired"}},
     }
     server.eps["n4"] = {  # made by hand, with an agent reporting: adopted
         "apiVersion": API_VERSION,
@@ -300,7 +300,7 @@ def _observed(**fields: Any) -> ObservedExecutionPoint:
     base: dict[str, Any] = {
         "name": "n1",
         "node_name": "n1",
-        "policy": ResolvedPolicy(name="batch", generation=2, hash="abc"),
+        "policy": PolicyRef(name="batch"),
         "owner_uid": "uid-1",
     }
     return ObservedExecutionPoint(**{**base, **fields})

@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
-from kondor_core.fleet import Event, check_policy
+from kondor_core.fleet import Event
 from kondor_operator.epwatch import ExecutionPointTable
 from kondor_operator.kube import ObjectRef
 from kondor_operator.metrics import Metrics
@@ -97,7 +97,7 @@ def test_a_pass_creates_execution_points_and_writes_policy_status() -> None:
     assert kinds == [("create", "n1"), ("policy-status", "batch")]
     manifest = writer.calls[0][2]
     assert manifest["metadata"]["ownerReferences"][0]["uid"] == "uid-n1"
-    assert manifest["spec"]["policy"]["hash"] == check_policy({}).hash
+    assert manifest["spec"]["policy"] == {"name": "batch"}
     status = writer.calls[1][2]["status"]
     assert (status["selectedNodes"], status["observedGeneration"]) == (1, 1)
     [(ref, event)] = writer.events
@@ -140,7 +140,7 @@ def test_slots_are_counted_by_state_and_activity_and_agent_fields_untouched() ->
         },
         "spec": {
             "nodeName": "n1",
-            "policy": {"name": "all", "generation": 1, "hash": check_policy({}).hash},
+            "policy": {"name": "all"},
         },
         "status": {
             "lastHeartbeat": "2026-01-02T03:04:00Z",
