@@ -65,7 +65,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import copy
 import json
 import logging
 import math
@@ -289,8 +288,7 @@ class SharedExecutionPoints:
     def read_execution_point(self, name: str) -> dict[str, Any] | None:
         if not self.synced.is_set():
             return self.api.read_execution_point(name)
-        found = self.objects.get(name)
-        return copy.deepcopy(found) if found is not None else None
+        return self.objects.get(name)  # the watch's own: read-only (ExecutionPointAPI)
 
     def read_slot_policy(self, name: str) -> dict[str, Any] | None:
         found = self.policies.get(name) if self.policies.synced.is_set() else None

@@ -289,8 +289,8 @@ class FleetExecutionPoints:
     def read_execution_point(self, name: str) -> dict[str, Any] | None:
         if not self.routed.synced.is_set():
             return self.api.read_execution_point(name)
-        found = self.routed.one(name)
-        return copy.deepcopy(dict(found)) if found is not None else None
+        found = self.routed.one(name)  # the watch's own: read-only (ExecutionPointAPI)
+        return dict(found) if found is not None else None
 
     def read_slot_policy(self, name: str) -> dict[str, Any] | None:
         found = self.policies.get(name) if self.policies.synced.is_set() else None

@@ -41,6 +41,9 @@ class ConflictError(WriteError):
 
 
 class ExecutionPointAPI(Protocol):
+    """What the agent's loop reads and writes. The objects read may be a watch's own (read
+    every polling interval, they are not copied): the caller does not change them."""
+
     def read_execution_point(self, name: str) -> dict[str, Any] | None: ...
 
     def read_slot_policy(self, name: str) -> dict[str, Any] | None: ...
@@ -247,8 +250,7 @@ class WatchedExecutionPoint:
 
     def read_execution_point(self, name: str) -> dict[str, Any] | None:
         if name == self.name and self.synced:
-            cached = self._cached
-            return copy.deepcopy(cached) if cached is not None else None
+            return self._cached  # the watch's own: read-only (ExecutionPointAPI)
         return self.api.read_execution_point(name)
 
     def read_slot_policy(self, name: str) -> dict[str, Any] | None:

@@ -8,6 +8,7 @@ live facts, the clock) and applies the results, so tests drive it with fakes and
 
 from __future__ import annotations
 
+import copy
 import logging
 import threading
 import time
@@ -447,6 +448,7 @@ class Agent:
         self._started = True
         if not isinstance(raw, Mapping):
             return
+        raw = copy.deepcopy(raw)  # kept: not the watch's own object
         self.coalescer.start_from(raw)
         try:
             self._published = ExecutionPointStatus.model_validate(dict(raw))

@@ -8,7 +8,7 @@ from typing import Any
 
 from kubernetes import client
 
-from kondor_agent.kube import KubernetesAPI, SlotPolicies
+from kondor_agent.kube import KubernetesAPI, SlotPolicies, WatchedExecutionPoint
 
 
 class Answer:
@@ -86,3 +86,20 @@ def test_the_slot_policies_watch_wakes_the_agent_for_edits_not_for_status() -> N
     assert len(woken) == 3 and policies.get("batch") is None
     policies.lost()
     assert not policies.synced.is_set()
+
+
+def test_a_watched_agent_reads_policies_from_its_watch_and_is_woken_by_their_edits() -> None:
+    server = FakeServer(cache={"other": {"metadata": {"name": "other"}}}, etcd={})
+    woken: list[int] = []
+    watched = WatchedExecutionPoint(KubernetesAPI(server), "n1", lambda: woken.append(1))
+    assert watched.read_slot_policy("other") == {"metadata": {"name": "other"}}
+    assert server.asked == [("other", True)]  # not listed yet: from the API server
+
+    watched.policies.listed([policy(1)])
+    assert watched.read_slot_policy("batch") == policy(1)
+    assert len(server.asked) == 1  # from the watch
+    watched.policies.changed("MODIFIED", policy(2))
+    assert woken == [1, 1] and watched.read_slot_policy("batch") == policy(2)
+    # A policy the watch has not seen (yet): asked of the API server, not taken as gone.
+    assert watched.read_slot_policy("other") == {"metadata": {"name": "other"}}
+    assert server.asked[-1] == ("other", True)
