@@ -24,6 +24,7 @@ from kondor_core.api import (
     VERSION,
     kube_config_source,
 )
+from kondor_core.fleet import policy_verdict
 
 log = logging.getLogger("kondor_agent")
 
@@ -149,9 +150,10 @@ class KubernetesAPI:
 class SlotPolicies:
     """Every SlotPolicy as a watch saw them (a cluster holds a few): the agent reads its own
     every cycle without a request, and `on_change` is called when a policy's spec or
-    generation changes, or a policy appears or goes, so that its nodes re-carve at once, as
-    startds do at condor_reconfig. Fed by `listed`, `changed` and `lost`, as `informer` calls
-    them (from its thread), so tests feed it by hand."""
+    generation changes, the operator's verdict on it (`policy_verdict`) changes, or a policy
+    appears or goes, so that its nodes re-carve at once, as startds do at condor_reconfig.
+    Fed by `listed`, `changed` and `lost`, as `informer` calls them (from its thread), so tests
+    feed it by hand."""
 
     def __init__(self, on_change: Callable[[], None] | None = None) -> None:
         self.on_change = on_change
@@ -171,7 +173,7 @@ class SlotPolicies:
         with self._lock:
             before, self._by_name = self._by_name, fresh
         self.synced.set()
-        if any(_spec_of(before.get(n)) != _spec_of(fresh.get(n)) for n in {*before, *fresh}):
+        if any(_policy_of(before.get(n)) != _policy_of(fresh.get(n)) for n in {*before, *fresh}):
             self._changed()
 
     def changed(self, kind: str, found: Mapping[str, Any]) -> None:
@@ -180,7 +182,7 @@ class SlotPolicies:
             before = self._by_name.pop(name, None)
             if kind != "DELETED":
                 self._by_name[name] = found
-        if _spec_of(before) != _spec_of(None if kind == "DELETED" else found):
+        if _policy_of(before) != _policy_of(None if kind == "DELETED" else found):
             self._changed()
 
     def lost(self) -> None:
@@ -467,6 +469,12 @@ def informer(
 
 def _name_of(found: Mapping[str, Any]) -> str:
     return str((found.get("metadata") or {}).get("name") or "")
+
+
+def _policy_of(found: Mapping[str, Any] | None) -> Any:
+    """What of a SlotPolicy an agent acts on: its spec, and the operator's verdict on its
+    generation (not the node counts the operator's status also holds)."""
+    return None if found is None else (found.get("spec"), policy_verdict(found))
 
 
 def _spec_of(found: Mapping[str, Any] | None) -> Any:

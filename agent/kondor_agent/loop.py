@@ -47,6 +47,7 @@ from kondor_core.api.executionpoint import (
 )
 from kondor_core.api.meta import format_time
 from kondor_core.config import PolicyError, compile_policy
+from kondor_core.fleet import policy_verdict
 from kondor_core.policy import Action, ActionKind, BenchmarksDone, EngineError, Event
 from kondor_core.policy import Activity as EngineActivity
 from kondor_core.policy import State as EngineState
@@ -470,9 +471,10 @@ class Agent:
 
     def _load_policy(self, ref: PolicyRef, now: float) -> None:
         """Follow the SlotPolicy the ExecutionPoint names: take each new generation of it (as
-        read, from the watch's cache), as a startd reads its configuration again at
-        condor_reconfig. A generation that is not a valid SlotPolicy is not taken: the slots
-        stay as they were, and Ready says why."""
+        read, from the watch's cache) once the operator's status calls it valid, as a startd
+        reads its configuration again at condor_reconfig. Until then, or when the operator
+        found it invalid, the slots stay as they were (Ready says why when there are none,
+        or when the generation is invalid)."""
         try:
             raw = self.api.read_slot_policy(ref.name)
         except Exception as err:
@@ -483,17 +485,35 @@ class Agent:
             self._policy = None
             self.startd = None
             return
-        generation = int((raw.get("metadata") or {}).get("generation") or 0)
-        seen = ResolvedPolicy(name=ref.name, generation=generation)
-        if self._policy is not None and self._policy_ref == seen:
+        verdict = policy_verdict(raw)
+        current = self._policy_ref
+        if (
+            self._policy is not None
+            and current is not None
+            and (current.name, current.generation) == (ref.name, verdict.generation)
+        ):
+            return
+        what = f"SlotPolicy {ref.name} generation {verdict.generation}"
+        kept = "; the slots stay as they were" if self.startd is not None else ""
+        if verdict.state == "pending":
+            if self.startd is None:
+                message = f"{what} is not checked by the operator yet"
+                self._condition(now, "False", "PolicyPending", message)
+            return
+        if verdict.state == "invalid":
+            message = f"{what} is invalid: {verdict.message}{kept}"
+            self._condition(now, "False", "PolicyInvalid", message)
             return
         try:
             policy = validate(SlotPolicy, _manifest(raw), what=f"slotpolicy {ref.name}")
         except InvalidObjectError as err:
-            self._condition(now, "False", "PolicyInvalid", str(err))
+            self._condition(now, "False", "PolicyInvalid", f"{err}{kept}")
             return
         assert isinstance(policy, SlotPolicy)
-        self._policy, self._policy_ref = policy, seen
+        self._policy = policy
+        self._policy_ref = ResolvedPolicy(
+            name=ref.name, generation=verdict.generation, hash=verdict.hash
+        )
 
     def _carve(self, machine: Machine, policy: SlotPolicy, now: float) -> None:
         ref = self._policy_ref
@@ -529,6 +549,13 @@ class Agent:
             message = f"SlotPolicy {ref.name} does not fit this machine: {err}{kept}"
             self._condition(now, "False", "PolicyInvalid", message)
             return
+        if ref.hash and ref.hash != self.startd.compiled_hash:
+            log.warning(
+                "slotpolicy %s compiles to %s here, the operator's hash is %s",
+                ref.name,
+                self.startd.compiled_hash,
+                ref.hash,
+            )
         for warning in self.startd.warnings:
             log.warning("slotpolicy %s: %s", ref.name, warning)
         if self.cron is not None:

@@ -1,10 +1,12 @@
 """The agent against the real control plane: a kwok node of its own, an ExecutionPoint and a
-SlotPolicy created here (standing in for the operator), and `kondor-agent` as a real process
-on a machine file. What a user sees is what is checked: the ExecutionPoint's status."""
+SlotPolicy created here (standing in for the operator, which also writes the SlotPolicy's
+status once it has checked a generation), and `kondor-agent` as a real process on a machine
+file. What a user sees is what is checked: the ExecutionPoint's status."""
 
 from __future__ import annotations
 
 import contextlib
+import datetime
 import json
 import os
 import signal
@@ -22,6 +24,8 @@ import pytest
 import yaml
 from kubernetes import client
 
+from kondor_core.api import SlotPolicyStatus
+from kondor_core.fleet import PolicyCounts, check_policy, slot_policy_status
 from kondor_devcluster.cluster import DevCluster, free_port
 
 from .waiting import eventually
@@ -131,11 +135,13 @@ class Node:
         return slots
 
     def set_policy(self, spec: dict[str, Any]) -> None:
-        """Edit the SlotPolicy the ExecutionPoint names: the agent follows it itself."""
+        """Edit the SlotPolicy the ExecutionPoint names, and check it as the operator does:
+        the agent follows it itself."""
         self.policy_file.write_text(yaml.safe_dump(_policy(self.policy, spec)))
-        self.objects.patch_cluster_custom_object(
+        edited = self.objects.patch_cluster_custom_object(
             GROUP, VERSION, "slotpolicies", self.policy, {"spec": spec}
         )
+        _check_as_the_operator(self.objects, edited)
 
     def writes(self) -> float:
         text = httpx.get(f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=5).text
@@ -152,6 +158,21 @@ def _policy(name: str, spec: dict[str, Any]) -> dict[str, Any]:
         "metadata": {"name": name},
         "spec": spec,
     }
+
+
+def _check_as_the_operator(objects: client.CustomObjectsApi, policy: dict[str, Any]) -> None:
+    """Write the SlotPolicy's status as the operator does once it has checked the generation:
+    an agent carves only a checked one."""
+    status = slot_policy_status(
+        generation=policy["metadata"]["generation"],
+        checked=check_policy(policy["spec"]),
+        counts=PolicyCounts(),
+        old=SlotPolicyStatus(),
+        now=datetime.datetime.now(datetime.UTC),
+    )
+    objects.patch_cluster_custom_object_status(
+        GROUP, VERSION, "slotpolicies", policy["metadata"]["name"], {"status": status.dump()}
+    )
 
 
 def _shape(ads: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
@@ -173,7 +194,10 @@ def node(
     objects = client.CustomObjectsApi(admin)
     policy_file = tmp_path / "policy.yaml"
     policy_file.write_text(yaml.safe_dump(_policy(name, POLICY_SPEC)))
-    objects.create_cluster_custom_object(GROUP, VERSION, "slotpolicies", _policy(name, POLICY_SPEC))
+    created = objects.create_cluster_custom_object(
+        GROUP, VERSION, "slotpolicies", _policy(name, POLICY_SPEC)
+    )
+    _check_as_the_operator(objects, created)
     ep = {
         "apiVersion": f"{GROUP}/{VERSION}",
         "kind": "ExecutionPoint",

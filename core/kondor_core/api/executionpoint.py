@@ -11,8 +11,9 @@ from kondor_core.api.base import ClassAdExpr, Condition, Model
 
 class PolicyRef(Model):
     """The SlotPolicy that won for this node (spec.policy): named, not pinned to a generation.
-    The node's agent follows that SlotPolicy and carves each generation of it, as a startd
-    reads its configuration again at condor_reconfig; `status.policy` says which it carved."""
+    The node's agent follows that SlotPolicy and carves each generation of it the operator's
+    status calls valid, as a startd reads its configuration again at condor_reconfig;
+    `status.policy` says which it carved."""
 
     name: str
 

@@ -47,9 +47,11 @@ from kondor_core.fleet.selector import requirement_holds, selector_problems, sel
 from kondor_core.fleet.status import (
     STALE_AFTER_INTERVALS,
     PolicyCounts,
+    PolicyVerdict,
     heartbeat_state,
     heartbeat_word,
     operator_status,
+    policy_verdict,
     slot_policy_status,
 )
 
@@ -76,6 +78,7 @@ __all__ = [
     "PatchPolicyStatus",
     "PolicyCandidate",
     "PolicyCounts",
+    "PolicyVerdict",
     "Resolution",
     "TokenBucket",
     "admission_message",
@@ -89,6 +92,7 @@ __all__ = [
     "plan_execution_points",
     "plan_policy_statuses",
     "policy_counts",
+    "policy_verdict",
     "ration_events",
     "requirement_holds",
     "resolve",

@@ -10,7 +10,8 @@ Rules (DESIGN.md, "Node to ExecutionPoint"):
 * a node that at least one valid policy selects has one ExecutionPoint named
   after it, owned by the Node (so the garbage collector removes it with the
   node), whose spec names the winning policy (its agent follows that policy's
-  generations itself: an edit of a policy rewrites no ExecutionPoint);
+  generations itself, each once the SlotPolicy's status calls it valid: an edit of a
+  policy rewrites no ExecutionPoint);
 * an ExecutionPoint the operator manages is deleted when no policy selects its
   node any more;
 * an ExecutionPoint governed by a policy that is now invalid is left as it is

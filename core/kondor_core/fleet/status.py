@@ -1,4 +1,5 @@
-"""Status the operator writes: SlotPolicy status and an ExecutionPoint's `status.operator`.
+"""Status the operator writes: SlotPolicy status and an ExecutionPoint's `status.operator`;
+and the agents' reading of a SlotPolicy's status (`policy_verdict`).
 
 Both are built as the API models (`SlotPolicyStatus`, `OperatorStatus`), so what the
 operator writes is what the CRD's schema declares. Conditions follow metav1.Condition
@@ -7,9 +8,10 @@ operator writes is what the CRD's schema declares. Conditions follow metav1.Cond
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Literal
+from typing import Any, Literal
 
 from kondor_core.api.conditions import condition, merge_conditions
 from kondor_core.api.executionpoint import OperatorStatus
@@ -76,6 +78,41 @@ def slot_policy_status(
         warnings=list(checked.warnings),
         conditions=merge_conditions(old.conditions, [valid, ready], now),
     )
+
+
+@dataclass(frozen=True)
+class PolicyVerdict:
+    """The operator's word on a SlotPolicy's current generation, as its status says it:
+    `valid` (with the compiled hash), `invalid` (with the problems) or `pending` (the status
+    is about an older generation, or there is none yet)."""
+
+    generation: int
+    state: Literal["valid", "invalid", "pending"]
+    message: str = ""
+    hash: str = ""
+
+
+def policy_verdict(policy: Mapping[str, Any]) -> PolicyVerdict:
+    """What `slot_policy_status` said about `policy` (a SlotPolicy as the API server holds
+    it) at its current generation. An agent carves a generation only once it is `valid`, so
+    that a node runs only what the operator checked, as when the operator pinned each
+    ExecutionPoint to a checked generation; an `invalid` one leaves the node's slots as they
+    were."""
+    generation = int((policy.get("metadata") or {}).get("generation") or 0)
+    status = policy.get("status") or {}
+    conditions = status.get("conditions") or []
+    valid = next(
+        (c for c in conditions if isinstance(c, Mapping) and c.get("type") == "Valid"), None
+    )
+    if (
+        status.get("observedGeneration") != generation
+        or valid is None
+        or valid.get("observedGeneration", generation) != generation
+    ):
+        return PolicyVerdict(generation, "pending")
+    if valid.get("status") == "True":
+        return PolicyVerdict(generation, "valid", hash=str(status.get("hash") or ""))
+    return PolicyVerdict(generation, "invalid", str(valid.get("message") or ""))
 
 
 # ---- ExecutionPoint status.operator -----------------------------------------------------------

@@ -18,6 +18,19 @@ ROOT = Path(__file__).resolve().parents[3]
 EXAMPLES = ROOT / "examples"
 
 
+def policy_status(generation: int, *, valid: bool = True) -> dict[str, Any]:
+    """A SlotPolicy's status as the operator writes it once it has checked `generation`."""
+    condition = {
+        "type": "Valid",
+        "status": "True" if valid else "False",
+        "reason": "Compiled" if valid else "Invalid",
+        "message": "the policy compiles" if valid else "spec.start: 'X >' is not valid",
+        "observedGeneration": generation,
+        "lastTransitionTime": "2027-01-15T08:00:00Z",
+    }
+    return {"observedGeneration": generation, "conditions": [condition]}
+
+
 class FakeClock:
     def __init__(self, now: float = 1_800_000_000.0) -> None:
         self.now = now
@@ -37,9 +50,15 @@ class FakeAPI:
         self.fail_writes = False
         self.clock: FakeClock | None = None
 
-    def add_policy(self, manifest: Mapping[str, Any], generation: int = 1) -> None:
+    def add_policy(
+        self, manifest: Mapping[str, Any], generation: int = 1, *, checked: bool | None = True
+    ) -> None:
+        """Store a SlotPolicy at `generation` with the operator's verdict on it: `checked`
+        True (valid), False (invalid) or None (not checked yet: no status for it)."""
         body = copy.deepcopy(dict(manifest))
         body.setdefault("metadata", {})["generation"] = generation
+        if checked is not None:
+            body["status"] = policy_status(generation, valid=checked)
         self.slot_policies[body["metadata"]["name"]] = body
 
     def add_execution_point(self, node: str, policy: str | None, status: Any = None) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from agent_fakes import policy_status
 from kubernetes import client
 
 from kondor_agent.kube import KubernetesAPI, SlotPolicies, WatchedExecutionPoint
@@ -75,15 +76,18 @@ def test_the_slot_policies_watch_wakes_the_agent_for_edits_not_for_status() -> N
     policies.listed([policy(1)])
     assert policies.synced.is_set() and policies.get("batch") == policy(1)
     assert len(woken) == 1  # a policy appeared
-    with_status = {**policy(1), "status": {"nodesGoverned": 3}}
-    policies.changed("MODIFIED", with_status)
-    assert len(woken) == 1  # the operator's status: nothing for the agent to do
+    checked = {**policy(1), "status": policy_status(1)}
+    policies.changed("MODIFIED", checked)
+    assert len(woken) == 2  # the operator's verdict: the agent may carve it now
+    counted = {**policy(1), "status": {**policy_status(1), "governedNodes": 3}}
+    policies.changed("MODIFIED", counted)
+    assert len(woken) == 2  # the node counts: nothing for the agent to do
     policies.changed("MODIFIED", policy(2))
-    assert len(woken) == 2 and policies.get("batch") == policy(2)
+    assert len(woken) == 3 and policies.get("batch") == policy(2)
     policies.listed([policy(2)])  # listed again after a dropped watch: nothing new
-    assert len(woken) == 2
+    assert len(woken) == 3
     policies.changed("DELETED", policy(2))
-    assert len(woken) == 3 and policies.get("batch") is None
+    assert len(woken) == 4 and policies.get("batch") is None
     policies.lost()
     assert not policies.synced.is_set()
 

@@ -158,32 +158,40 @@ def test_policy_edit_recarves_within_one_polling_interval(gpu_node: Any) -> None
     assert api.patches[-1][0] - edited_at <= 6
 
 
-def test_an_edit_of_its_policy_recarves_with_no_change_to_the_execution_point(
+def test_an_edit_of_its_policy_recarves_once_the_operator_has_checked_it(
     gpu_node: Any,
 ) -> None:
     """The ExecutionPoint names its policy; the agent follows that policy's generations, as a
-    startd reads its configuration again at condor_reconfig. A generation that is no valid
-    SlotPolicy is not taken: the slots stay, and Ready says why."""
+    startd reads its configuration again at condor_reconfig, once the operator's status on
+    the SlotPolicy calls the generation valid. Until then, and for a generation the operator
+    found invalid, the slots stay as they were (and Ready says why)."""
     api, clock, machines = gpu_node
     agent = _agent(api, clock, machines)
     _run(agent, clock, clock.now + 30)
     assert api.status(NODE)["policy"]["generation"] == 1
     spec_before = dict(api.execution_points[NODE]["spec"])
+    split = _shape([slot["ad"] for slot in api.status(NODE)["slots"]])
     edited = load_yaml(EXAMPLES / "policies" / "default.yaml")
     edited["metadata"]["name"] = "gpu-split"
-    api.add_policy(edited, generation=2)
-    edited_at = clock.now
-    _run(agent, clock, edited_at + 6)
+
+    api.add_policy(edited, generation=2, checked=None)  # not checked by the operator yet
+    _run(agent, clock, clock.now + 12)
+    assert api.status(NODE)["policy"]["generation"] == 1
+    assert _shape([slot["ad"] for slot in api.status(NODE)["slots"]]) == split
+
+    api.add_policy(edited, generation=2)  # the operator's status: valid
+    checked_at = clock.now
+    _run(agent, clock, checked_at + 6)
     status = api.status(NODE)
     assert status["policy"]["generation"] == 2
     assert _shape([slot["ad"] for slot in status["slots"]]) == _shape(
         _simulated("gpu-mixed.yaml", "default.yaml")
     )
-    assert api.patches[-1][0] - edited_at <= 6
+    assert api.patches[-1][0] - checked_at <= 6
     assert api.execution_points[NODE]["spec"] == spec_before  # nobody rewrote it
 
-    broken = dict(edited, spec={**edited["spec"], "slotTypes": "not a list"})
-    api.add_policy(broken, generation=3)
+    broken = dict(edited, spec={**edited["spec"], "start": "X >"})
+    api.add_policy(broken, generation=3, checked=False)
     _run(agent, clock, clock.now + 6)
     status = api.status(NODE)
     assert status["policy"]["generation"] == 2
@@ -192,7 +200,29 @@ def test_an_edit_of_its_policy_recarves_with_no_change_to_the_execution_point(
     )
     [ready] = [c for c in status["conditions"] if c["type"] == "Ready"]
     assert (ready["status"], ready["reason"]) == ("False", "PolicyInvalid")
-    assert "slotpolicy gpu-split" in ready["message"]
+    assert ready["message"] == (
+        "SlotPolicy gpu-split generation 3 is invalid: spec.start: 'X >' is not valid; the "
+        "slots stay as they were"
+    )
+
+
+def test_a_node_waits_for_the_operators_check_before_its_first_slots() -> None:
+    api = FakeAPI()
+    api.add_policy(load_yaml(EXAMPLES / "policies" / "gpu-split.yaml"), checked=None)
+    api.add_execution_point(NODE, "gpu-split")
+    clock, machines = FakeClock(), MachineBox(example_machine("gpu-mixed.yaml"))
+    agent = _agent(api, clock, machines)
+    _run(agent, clock, clock.now + 10)
+    status = api.status(NODE)
+    assert status.get("slots", []) == []
+    [ready] = [c for c in status["conditions"] if c["type"] == "Ready"]
+    assert (ready["status"], ready["reason"]) == ("False", "PolicyPending")
+    assert (
+        ready["message"] == "SlotPolicy gpu-split generation 1 is not checked by the operator yet"
+    )
+    api.add_policy(load_yaml(EXAMPLES / "policies" / "gpu-split.yaml"))
+    _run(agent, clock, clock.now + 6)
+    assert len(api.status(NODE)["slots"]) == 4
 
 
 def test_a_drain_goes_on_through_a_policy_edit(gpu_node: Any) -> None:
