@@ -163,6 +163,10 @@ def refuse_unparsable(text: str) -> dict[str, Any] | None:
     }
 
 
+class ReviewError(ValueError):
+    """The request is not an AdmissionReview (answered 400, as kopf answers one)."""
+
+
 Operation = Literal["CREATE", "UPDATE", "DELETE", "CONNECT"]
 #: A webhook's decision: (operation, requester, new object, old object) -> its Admission.
 Admit = Callable[[str, Requester, Mapping[str, Any] | None, Mapping[str, Any] | None], Admission]
@@ -184,12 +188,12 @@ class Reviewer:
             return Admission(refusal=self.unpatched, forbidden=True)
         return admission
 
-    def answer(self, review: Mapping[str, Any]) -> dict[str, Any]:
+    def answer(self, review: Any) -> dict[str, Any]:
         """The AdmissionReview answering `review` (admission.k8s.io/v1): allowed, with the
         patch as a JSONPatch, or refused with the message and code the user reads."""
-        request = review.get("request")
+        request = review.get("request") if isinstance(review, Mapping) else None
         if not isinstance(request, Mapping) or not isinstance(request.get("userInfo"), Mapping):
-            raise ValueError("the AdmissionReview has no request or no userInfo")
+            raise ReviewError("the AdmissionReview has no request or no userInfo")
         new, old = request.get("object"), request.get("oldObject")
         admission = self.decide(str(request.get("operation") or ""), request["userInfo"], new, old)
         response: dict[str, Any] = {"uid": request.get("uid", ""), "allowed": admission.allowed}
@@ -263,15 +267,16 @@ class BoundedWebhookServer(kopf.WebhookServer):
             if reviewer is None:
                 return await kopf.WebhookServer._serve(fn, request)
             review = json.loads(await request.text())
-            if not isinstance(review, Mapping):
-                raise ValueError("the AdmissionReview is not a JSON object")
-            return aiohttp.web.json_response(reviewer.answer(review))
         except RecursionError:  # from json.loads: aiohttp keeps the body, so read it again
             refusal = refuse_unparsable(await request.text())
             if refusal is None:
                 raise aiohttp.web.HTTPBadRequest(reason="the request is nested too deep") from None
             return aiohttp.web.json_response(refusal)
-        except ValueError as error:  # json.JSONDecodeError included
+        except json.JSONDecodeError as error:  # ours: kopf's path answers its own
+            raise aiohttp.web.HTTPBadRequest(reason=str(error)) from None
+        try:
+            return aiohttp.web.json_response(reviewer.answer(review))
+        except ReviewError as error:
             raise aiohttp.web.HTTPBadRequest(reason=str(error)) from None
 
 

@@ -262,8 +262,8 @@ def test_a_merge_patch_becomes_the_json_patch_the_api_server_applies(
 def test_a_review_without_a_request_or_user_is_a_bad_request() -> None:
     reviewers: dict[str, webhook.Reviewer] = {}
     register_job_admission(kopf.OperatorRegistry(), reviewers)
-    for review in ({}, {"request": "x"}, {"request": {"operation": "CREATE"}}):
-        with pytest.raises(ValueError, match="no request or no userInfo"):
+    for review in ({}, [1], {"request": "x"}, {"request": {"operation": "CREATE"}}):
+        with pytest.raises(webhook.ReviewError, match="no request or no userInfo"):
             reviewers[MUTATE_JOB_ID].answer(review)
 
 
