@@ -291,8 +291,7 @@ class SharedExecutionPoints:
         return self.objects.get(name)  # the watch's own: read-only (ExecutionPointAPI)
 
     def read_slot_policy(self, name: str) -> dict[str, Any] | None:
-        found = self.policies.get(name) if self.policies.synced.is_set() else None
-        return found if found is not None else self.api.read_slot_policy(name)
+        return self.policies.read(name, self.api)
 
     def patch_status(self, name: str, patch: Mapping[str, Any]) -> None:
         self.api.patch_status(name, patch)
@@ -591,12 +590,7 @@ class Bench:
         self.shared.policies.on_change = wake_all
         watch = asyncio.create_task(self.shared.run(self.http), name="watch")
         policies_stop = threading.Event()
-        threading.Thread(
-            target=self.shared.policies.follow,
-            args=(self.shared.api, policies_stop, 300),
-            name="watch-slotpolicies",
-            daemon=True,
-        ).start()
+        self.shared.policies.follow(self.shared.api, policies_stop)
         await self.shared.synced.wait()
         fleet_task = asyncio.create_task(fleet.run(stop), name="fleet")
         try:

@@ -293,8 +293,7 @@ class FleetExecutionPoints:
         return dict(found) if found is not None else None
 
     def read_slot_policy(self, name: str) -> dict[str, Any] | None:
-        found = self.policies.get(name) if self.policies.synced.is_set() else None
-        return found if found is not None else self.api.read_slot_policy(name)
+        return self.policies.read(name, self.api)
 
     def patch_status(self, name: str, patch: Mapping[str, Any]) -> None:
         self.api.patch_status(name, patch)
@@ -440,12 +439,7 @@ class FleetProcess:
                 fleet.wake(name)
 
         self.policies.on_change = wake_all
-        threading.Thread(
-            target=self.policies.follow,
-            args=(self.api, self.stop, 300),
-            name="watch-slotpolicies",
-            daemon=True,
-        ).start()
+        self.policies.follow(self.api, self.stop)
         objects, core = self.api.objects, client.CoreV1Api(self.api.api_client)
         selector = {"label_selector": EXECUTION_POINT_LABEL}
 

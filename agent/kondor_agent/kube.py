@@ -168,6 +168,12 @@ class SlotPolicies:
             found = self._by_name.get(name)
         return dict(found) if found is not None else None
 
+    def read(self, name: str, api: ExecutionPointAPI) -> dict[str, Any] | None:
+        """The policy from the watch, or from `api` until the watch has listed or while it
+        has not seen this one (yet)."""
+        found = self.get(name) if self.synced.is_set() else None
+        return found if found is not None else api.read_slot_policy(name)
+
     def listed(self, items: list[Mapping[str, Any]]) -> None:
         fresh = {_name_of(item): item for item in items}
         with self._lock:
@@ -188,18 +194,22 @@ class SlotPolicies:
     def lost(self) -> None:
         self.synced.clear()
 
-    def follow(self, api: KubernetesAPI, stop: threading.Event, timeout_seconds: int) -> None:
-        """Watch every SlotPolicy until `stop` (blocks: run it on a thread)."""
-        informer(
-            api.list_slot_policies,
-            {},
-            listed=self.listed,
-            changed=self.changed,
-            lost=self.lost,
-            stop=stop,
-            what="slotpolicies",
-            timeout_seconds=timeout_seconds,
-        )
+    def follow(self, api: KubernetesAPI, stop: threading.Event, timeout_seconds: int = 300) -> None:
+        """Watch every SlotPolicy until `stop`, on a daemon thread of its own."""
+        threading.Thread(
+            target=informer,
+            args=(api.list_slot_policies, {}),
+            kwargs={
+                "listed": self.listed,
+                "changed": self.changed,
+                "lost": self.lost,
+                "stop": stop,
+                "what": "slotpolicies",
+                "timeout_seconds": timeout_seconds,
+            },
+            name="watch-slotpolicies",
+            daemon=True,
+        ).start()
 
     def _changed(self) -> None:
         if self.on_change is not None:
@@ -233,19 +243,11 @@ class WatchedExecutionPoint:
         self.policies = SlotPolicies(on_change=self._changed)
         self._cached: dict[str, Any] | None = None
         self._stop = threading.Event()
-        self._threads = [
-            threading.Thread(target=self._run, name=f"watch-{name}", daemon=True),
-            threading.Thread(
-                target=self.policies.follow,
-                args=(api, self._stop, timeout_seconds),
-                name="watch-slotpolicies",
-                daemon=True,
-            ),
-        ]
+        self._thread = threading.Thread(target=self._run, name=f"watch-{name}", daemon=True)
 
     def start(self) -> None:
-        for thread in self._threads:
-            thread.start()
+        self._thread.start()
+        self.policies.follow(self.api, self._stop, self.timeout_seconds)
 
     def stop(self) -> None:
         self._stop.set()
@@ -256,8 +258,7 @@ class WatchedExecutionPoint:
         return self.api.read_execution_point(name)
 
     def read_slot_policy(self, name: str) -> dict[str, Any] | None:
-        found = self.policies.get(name) if self.policies.synced.is_set() else None
-        return found if found is not None else self.api.read_slot_policy(name)
+        return self.policies.read(name, self.api)
 
     def read_node(self, name: str) -> dict[str, Any] | None:
         return self.api.read_node(name)
