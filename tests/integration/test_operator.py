@@ -129,6 +129,13 @@ def wait_ready(operator: Operator, admin: client.ApiClient) -> None:
 
     # Its start (imports, the first lists) has taken over 30 s on a loaded machine (pytest -n).
     eventually(serving, timeout=60, what="operator leading")
+    # Leading is not negotiating yet: kopf starts the negotiator after the Lease is held, which
+    # can take seconds on a loaded machine. Its first cycle says it runs.
+    eventually(
+        lambda: (operator.sample("kondor_operator_negotiation_cycle_seconds_count") or 0) >= 1,
+        timeout=60,
+        what="first negotiation cycle",
+    )
     configuration = operator.webhook_configuration
     if configuration:
         hooks = client.AdmissionregistrationV1Api(admin)
