@@ -572,11 +572,13 @@ class Agent:
         )
 
     def _condition(self, now: float, status: str, reason: str, message: str) -> None:
-        """Set the Ready condition; log it when it changes (not on every tick)."""
+        """Set the Ready condition; log it when it changes (not on every tick): a wait for
+        the operator's check is news, anything else not Ready an error."""
         self._degraded = self._degraded or status != "True"
         old = next((c for c in self.conditions if c.type == READY), None)
         if old is None or (old.status, old.reason, old.message) != (status, reason, message):
-            log.log(logging.INFO if status == "True" else logging.ERROR, "%s: %s", reason, message)
+            news = status == "True" or reason == "PolicyPending"
+            log.log(logging.INFO if news else logging.ERROR, "%s: %s", reason, message)
         self.conditions = set_condition(
             self.conditions,
             Condition(type=READY, status=status, reason=reason, message=message),

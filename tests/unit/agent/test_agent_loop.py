@@ -4,6 +4,7 @@ writes, and how it follows policy edits, machine changes and restarts."""
 from __future__ import annotations
 
 import itertools
+import logging
 from collections.abc import Mapping
 from typing import Any
 
@@ -206,7 +207,10 @@ def test_an_edit_of_its_policy_recarves_once_the_operator_has_checked_it(
     )
 
 
-def test_a_node_waits_for_the_operators_check_before_its_first_slots() -> None:
+def test_a_node_waits_for_the_operators_check_before_its_first_slots(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.INFO, logger="kondor_agent")
     api = FakeAPI()
     api.add_policy(load_yaml(EXAMPLES / "policies" / "gpu-split.yaml"), checked=None)
     api.add_execution_point(NODE, "gpu-split")
@@ -220,6 +224,8 @@ def test_a_node_waits_for_the_operators_check_before_its_first_slots() -> None:
     assert (
         ready["message"] == "SlotPolicy gpu-split generation 1 is not checked by the operator yet"
     )
+    # A wait, not an error: a fleet of 1,000 nodes logs it 1,000 times for each new policy.
+    assert [r.levelname for r in caplog.records if "PolicyPending" in r.getMessage()] == ["INFO"]
     api.add_policy(load_yaml(EXAMPLES / "policies" / "gpu-split.yaml"))
     _run(agent, clock, clock.now + 6)
     assert len(api.status(NODE)["slots"]) == 4
