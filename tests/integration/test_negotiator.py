@@ -212,12 +212,12 @@ def test_a_job_is_matched_and_follows_the_agent_to_completed(jobs: Pool) -> None
     assert [item["metadata"]["name"] for item in found["items"]] == [job["metadata"]["name"]]
 
     jobs.answer("run", claimId=status["claimId"], state="Running", slot=f"slot1_1@{ep}")
-    eventually(lambda: jobs.status("run").get("jobStatus") == "Running", timeout=10, what="Running")
+    eventually(lambda: jobs.status("run").get("jobStatus") == "Running", timeout=30, what="Running")
     assert jobs.status("run")["numJobStarts"] == 1
     jobs.answer("run", claimId=status["claimId"], state="Exited", exitCode=3)
     done = eventually(
         lambda: (s := jobs.status("run")).get("jobStatus") == "Completed" and s,
-        timeout=10,
+        timeout=30,
         what="Completed",
     )
     assert done["exitCode"] == 3
@@ -238,7 +238,7 @@ def test_a_rejected_match_returns_the_job_to_idle_with_the_reason(jobs: Pool) ->
             return status
         return None
 
-    status = eventually(rejected, timeout=10, what="Idle with lastRejMatchReason")
+    status = eventually(rejected, timeout=30, what="Idle with lastRejMatchReason")
     assert status.get("claimId") != first  # cleared, or already a new match
     assert status["jobStatus"] == "Idle"
     # The slot is offered again and the job matched anew, with a new claim.
@@ -253,7 +253,7 @@ def test_a_job_no_slot_meets_stays_idle_with_why(jobs: Pool) -> None:
     def why() -> str | None:
         return cast(str | None, jobs.status("huge").get("lastRejMatchReason"))
 
-    reason = eventually(why, timeout=10, what="lastRejMatchReason")
+    reason = eventually(why, timeout=30, what="lastRejMatchReason")
     assert "not enough Cpus" in reason or "Requirements" in reason or ep in reason
     job = jobs.job("huge")
     assert job["status"]["jobStatus"] == "Idle"
@@ -282,7 +282,7 @@ def test_an_unanswered_match_expires_after_match_timeout(
         # Idle again and matched anew with a new claim.
         again = eventually(
             lambda: (c := jobs.status("unanswered").get("claimId")) not in (None, first) and c,
-            timeout=10,
+            timeout=30,
             what="a new match",
         )
         assert again != first
