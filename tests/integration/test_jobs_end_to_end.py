@@ -50,7 +50,16 @@ class Cluster:
         return done.stdout
 
     def apply(self, manifest: dict[str, Any], user: str = "admin") -> None:
-        self.kubectl("apply", "-f", "-", user=user, stdin=yaml.safe_dump(manifest))
+        text = yaml.safe_dump(manifest)
+        try:
+            self.kubectl("apply", "-f", "-", user=user, stdin=text)
+        except AssertionError as err:
+            # kubectl apply reads, then creates: an object made in between (the operator makes
+            # the Pool `default` at its first cycle when there is none) refuses the create, and
+            # applying again patches it.
+            if "AlreadyExists" not in str(err):
+                raise
+            self.kubectl("apply", "-f", "-", user=user, stdin=text)
 
     def get(self, kind: str, name: str, namespace: str | None = "default") -> dict[str, Any]:
         where = ["-n", namespace] if namespace else []
