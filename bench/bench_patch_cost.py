@@ -1,0 +1,200 @@
+"""Benchmark: the API server's CPU per ExecutionPoint status patch, by the size of the object
+(issue 16: what a re-carve of 1,000 nodes costs the API server, `bench_fleet.py`).
+
+On an idle dev cluster (no operator, no nodes, Kondor's CRDs, one watch of ExecutionPoints as
+the operator keeps), N ExecutionPoints get their status patched once per variant, 8 patches at
+a time, as an agent patches it (a JSON merge patch of the status subresource). The variants:
+
+* `near-empty` (the baseline: what any patch costs): a summary and the policy, no slots;
+* `1 partitionable slot`: the agent's status for HTCondor's default layout (kwok-small.yaml);
+* `4 static slots`: the status after bench_fleet's re-carve;
+* `4 static, shared attributes out`: the same with the attributes every slot ad shares with
+  the machine ad (and the clock) taken out of the slot ads, the smaller object considered in
+  docs/performance.md.
+
+Each variant runs `--rounds` times, interleaved; printed: the stored object's size and the
+API server's CPU per patch (/proc/<pid>/stat over the round), median and range, beside the
+baseline.
+
+Run (needs `make controlplane`):
+
+    .venv/bin/python bench/bench_patch_cost.py        # 300 ExecutionPoints, 3 rounds
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import yaml
+from kubernetes import client, config, watch
+
+from bench_fleet import RECARVE, _cpu_seconds, _pids
+from kondor_core import startd
+from kondor_core.api import GROUP, MERGE_PATCH, VERSION, Machine, SlotPolicySpec
+from kondor_core.api.crds import all_crds
+from kondor_core.config import compile_policy
+from kondor_devcluster import build, versions
+from kondor_devcluster.cluster import ClusterSpec, DevCluster, free_port
+
+MACHINE = Path(__file__).resolve().parents[1] / "examples" / "machines" / "kwok-small.yaml"
+EPS = "executionpoints"
+#: Attributes the clock sets, the same in every slot ad at once.
+CLOCK = ("MyCurrentTime", "ClockMin", "ClockDay", "TotalSlots", "LastBenchmark")
+
+Variant = Callable[[str, int], dict[str, Any]]
+
+
+def agent_status(name: str, generation: int, spec: dict[str, Any]) -> dict[str, Any]:
+    """The status an agent publishes for a kwok-small machine `name` under `spec`."""
+    values = yaml.safe_load(MACHINE.read_text())
+    machine = Machine.model_validate({**values, "name": name})
+    now = time.time()
+    node = startd.start(machine, compile_policy(SlotPolicySpec.model_validate(spec)), now)
+    status = startd.status(startd.tick(node, {}, now).startd, {}, now).dump()
+    status["policy"]["generation"] = generation
+    return status
+
+
+def near_empty(_name: str, generation: int) -> dict[str, Any]:
+    return {
+        "summary": {"slots": 0},
+        "policy": {"name": "", "generation": generation, "hash": ""},
+        "slots": None,
+        "machine": None,
+        "conditions": None,
+        "operator": None,
+    }
+
+
+def one_pslot(name: str, generation: int) -> dict[str, Any]:
+    return agent_status(name, generation, {})
+
+
+def four_static(name: str, generation: int) -> dict[str, Any]:
+    return agent_status(name, generation, RECARVE["spec"])
+
+
+def four_static_shared_out(name: str, generation: int) -> dict[str, Any]:
+    status = four_static(name, generation)
+    shared = set(status["machine"]) | set(CLOCK)
+    for slot in status["slots"]:
+        slot["ad"] = {k: v for k, v in slot["ad"].items() if k not in shared}
+    return status
+
+
+VARIANTS: dict[str, Variant] = {
+    "near-empty": near_empty,
+    "1 partitionable slot": one_pslot,
+    "4 static slots": four_static,
+    "4 static, shared attributes out": four_static_shared_out,
+}
+
+
+def measure(cluster: DevCluster, count: int, rounds: int) -> dict[str, tuple[int, list[float]]]:
+    """Per variant: the stored object's size (bytes) and the API server's ms per patch."""
+    api = config.new_client_from_config(config_file=str(cluster.spec.kubeconfig), context="admin")
+    extensions = client.ApiextensionsV1Api(api)
+    for body in all_crds():
+        extensions.create_custom_resource_definition(body)
+    objects = client.CustomObjectsApi(api)
+    names = [f"patch-{i:04d}" for i in range(count)]
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            objects.list_cluster_custom_object(GROUP, VERSION, EPS)
+            break
+        except client.ApiException:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.5)
+    for name in names:
+        body = {
+            "apiVersion": f"{GROUP}/{VERSION}",
+            "kind": "ExecutionPoint",
+            "metadata": {"name": name},
+            "spec": {"nodeName": name},
+        }
+        objects.create_cluster_custom_object(GROUP, VERSION, EPS, body)
+
+    def follow() -> None:  # the operator's watch: every patch is also a watch event
+        with contextlib.suppress(Exception):  # ended by the cluster's stop
+            for _ in watch.Watch().stream(
+                objects.list_cluster_custom_object, GROUP, VERSION, EPS, timeout_seconds=3600
+            ):
+                pass
+
+    threading.Thread(target=follow, daemon=True).start()
+    apiserver = _pids(cluster)["kube-apiserver"]
+    results: dict[str, tuple[int, list[float]]] = {}
+    generation = 0
+    with ThreadPoolExecutor(8) as pool:
+        for _ in range(rounds):
+            for label, make in VARIANTS.items():
+                generation += 1
+                bodies = {name: {"status": make(name, generation)} for name in names}
+                time.sleep(1.0)  # the last round's watch events delivered
+                before = _cpu_seconds(apiserver)
+
+                def patch(name: str, bodies: dict[str, Any] = bodies) -> None:
+                    objects.patch_cluster_custom_object_status(
+                        GROUP, VERSION, EPS, name, bodies[name], _content_type=MERGE_PATCH
+                    )
+
+                list(pool.map(patch, names))
+                per_patch = 1000 * (_cpu_seconds(apiserver) - before) / count
+                stored = objects.get_cluster_custom_object(GROUP, VERSION, EPS, names[0])
+                size = len(json.dumps(stored, separators=(",", ":")))
+                results.setdefault(label, (size, []))[1].append(per_patch)
+    return results
+
+
+def report(results: dict[str, tuple[int, list[float]]], count: int, rounds: int) -> None:
+    base = statistics.median(results["near-empty"][1])
+    print(f"{'variant':<34}{'object B':>9}{'ms/patch':>10}{'range':>14}{'- baseline':>12}")
+    for label, (size, costs) in results.items():
+        median = statistics.median(costs)
+        spread = f"{min(costs):.2f}-{max(costs):.2f}"
+        print(f"{label:<34}{size:>9}{median:>10.2f}{spread:>14}{median - base:>12.2f}")
+    print(
+        f"({count} ExecutionPoints, {rounds} rounds, 8 patches at a time, one watch; the API "
+        f"server's CPU from /proc; Kubernetes {versions.KUBERNETES}; object B: the stored "
+        "ExecutionPoint as the API server returns it, managedFields included)"
+    )
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--execution-points", type=int, default=300)
+    parser.add_argument("--rounds", type=int, default=3)
+    args = parser.parse_args()
+    if args.execution_points < 1:
+        parser.error(f"--execution-points: {args.execution_points} must be at least 1")
+    if args.rounds < 1:
+        parser.error(f"--rounds: {args.rounds} must be at least 1")
+    missing = build.missing_binaries(versions.bin_dir())
+    if missing:
+        print(f"control plane not built ({', '.join(missing)}); run `make controlplane`")
+        return 1
+    with tempfile.TemporaryDirectory(prefix="kondor-bench-patch-") as tmp:
+        spec = ClusterSpec(
+            port=free_port(), kubeconfig=Path(tmp) / "kubeconfig", state_dir=Path(tmp) / "state"
+        )
+        with DevCluster(spec, log=sys.stderr) as cluster:
+            results = measure(cluster, args.execution_points, args.rounds)
+    report(results, args.execution_points, args.rounds)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
