@@ -83,7 +83,7 @@ from typing import Any
 import httpx
 import yaml
 
-from fleet_sim import Fleet
+from fleet_sim import Fleet, SharedCompile
 from kondor_agent.kube import KubernetesAPI, SlotPolicies
 from kondor_agent.loop import Agent, AgentConfig
 from kondor_agent.machinefile import MachineFile
@@ -693,11 +693,12 @@ def _agents(
     machines: Iterable[Path], shared: SharedExecutionPoints, written: list[tuple[float, str]]
 ) -> list[Agent]:
     agents = []
+    compiler = SharedCompile()  # each real node compiles on its own CPU
     for path in machines:
         source = MachineFile(path)
         machine = source.read()
         # The policy's POLLING_INTERVAL and UPDATE_INTERVAL apply, as on a real node.
-        agent = Agent(AgentConfig(node_name=machine.name), shared, source.read)
+        agent = Agent(AgentConfig(node_name=machine.name), shared, source.read, compiler=compiler)
         agent.on_written = _recorder(agent, written)
         agents.append(agent)
     return agents

@@ -50,13 +50,36 @@ from kondor_core.api import (
     MERGE_PATCH,
     VERSION,
     Machine,
+    SlotPolicySpec,
 )
+from kondor_core.config import EffectivePolicy, compile_policy
 
 log = logging.getLogger("kondor_agent")
 
 #: After a step raised (a bug, not a failed API call: the loop handles those), try again after
 #: this long rather than spin.
 RETRY_AFTER_ERROR = 5.0
+
+
+class SharedCompile:
+    """`compile_policy` shared by the agents of one process: a real node compiles its
+    SlotPolicy on its own CPU, once per generation; a thousand simulated nodes would compile
+    the same spec a thousand times on the machine that also runs the control plane. The
+    result is immutable; the last `keep` specs are remembered."""
+
+    def __init__(self, keep: int = 8) -> None:
+        self.keep = keep
+        self._compiled: dict[str, EffectivePolicy] = {}
+
+    def __call__(self, spec: SlotPolicySpec) -> EffectivePolicy:
+        key = spec.model_dump_json()
+        found = self._compiled.get(key)
+        if found is None:
+            found = compile_policy(spec)  # PolicyError: raised to each agent, as on its node
+            if len(self._compiled) >= self.keep:
+                self._compiled.pop(next(iter(self._compiled)), None)
+            self._compiled[key] = found
+        return found
 
 
 class Fleet:
@@ -419,6 +442,7 @@ class FleetProcess:
         policies = SlotPolicies()
         shared = FleetExecutionPoints(api, eps, policies)
         agents = []
+        compiler = SharedCompile()
         for machine in machines:
             runner = JobRunner(
                 NodeJobs(api, jobs, machine.name),
@@ -426,7 +450,7 @@ class FleetProcess:
                 time.time,
             )
             config = AgentConfig(node_name=machine.name, polling_interval=polling_interval)
-            agents.append(Agent(config, shared, _constant(machine), jobs=runner))
+            agents.append(Agent(config, shared, _constant(machine), jobs=runner, compiler=compiler))
         return cls(api, agents, eps, jobs, pods, policies)
 
     def start_watches(self, fleet: Fleet) -> None:

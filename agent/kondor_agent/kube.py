@@ -149,9 +149,11 @@ class KubernetesAPI:
 
 class SlotPolicies:
     """Every SlotPolicy as a watch saw them (a cluster holds a few): the agent reads its own
-    every cycle without a request, and `on_change` is called when a policy's spec or
-    generation changes, the operator's verdict on it (`policy_verdict`) changes, or a policy
-    appears or goes, so that its nodes re-carve at once, as startds do at condor_reconfig.
+    every cycle without a request, and `on_change` is called when the operator's verdict on a
+    policy (`policy_verdict`) changes to one an agent acts on (valid or invalid), or a policy
+    appears or goes, so that its nodes re-carve at once, as startds do at condor_reconfig. An
+    edit wakes nobody until the operator has checked it: until then the slots stay as they
+    were, and a thousand agents evaluating at once would only delay the check.
     Fed by `listed`, `changed` and `lost`, as `informer` calls them (from its thread), so tests
     feed it by hand."""
 
@@ -179,7 +181,7 @@ class SlotPolicies:
         with self._lock:
             before, self._by_name = self._by_name, fresh
         self.synced.set()
-        if any(_policy_of(before.get(n)) != _policy_of(fresh.get(n)) for n in {*before, *fresh}):
+        if any(_news(before.get(n), fresh.get(n)) for n in {*before, *fresh}):
             self._changed()
 
     def changed(self, kind: str, found: Mapping[str, Any]) -> None:
@@ -188,7 +190,7 @@ class SlotPolicies:
             before = self._by_name.pop(name, None)
             if kind != "DELETED":
                 self._by_name[name] = found
-        if _policy_of(before) != _policy_of(None if kind == "DELETED" else found):
+        if _news(before, None if kind == "DELETED" else found):
             self._changed()
 
     def lost(self) -> None:
@@ -472,10 +474,15 @@ def _name_of(found: Mapping[str, Any]) -> str:
     return str((found.get("metadata") or {}).get("name") or "")
 
 
-def _policy_of(found: Mapping[str, Any] | None) -> Any:
-    """What of a SlotPolicy an agent acts on: its spec, and the operator's verdict on its
-    generation (not the node counts the operator's status also holds)."""
-    return None if found is None else (found.get("spec"), policy_verdict(found))
+def _news(before: Mapping[str, Any] | None, after: Mapping[str, Any] | None) -> bool:
+    """Whether a SlotPolicy's change is one its agents act on: it appeared or went, or the
+    operator's verdict on it changed to valid or invalid (not an edit still pending the
+    operator's check, nor the node counts its status also holds). Each generation's spec is
+    the one the verdict is about: an edit of the spec raises the generation."""
+    if before is None or after is None:
+        return before is not after
+    verdict = policy_verdict(after)
+    return verdict.state != "pending" and verdict != policy_verdict(before)
 
 
 def _spec_of(found: Mapping[str, Any] | None) -> Any:

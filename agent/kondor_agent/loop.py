@@ -46,7 +46,7 @@ from kondor_core.api.executionpoint import (
     PowerStatus,
 )
 from kondor_core.api.meta import format_time
-from kondor_core.config import PolicyError, compile_policy
+from kondor_core.config import EffectivePolicy, PolicyError, compile_policy
 from kondor_core.fleet import policy_verdict
 from kondor_core.policy import Action, ActionKind, BenchmarksDone, EngineError, Event
 from kondor_core.policy import Activity as EngineActivity
@@ -108,8 +108,12 @@ class Agent:
         jobs: JobRunner | None = None,
         cod: CodRunner | None = None,
         fetch: FetchWork | None = None,
+        compiler: Callable[[SlotPolicySpec], EffectivePolicy] = compile_policy,
     ) -> None:
         self.config = config
+        #: Compiles a SlotPolicy's spec (`compile_policy`; a fleet simulation shares one
+        #: compile among its agents, as if each node had compiled it on its own CPU).
+        self.compiler = compiler
         #: The node's COD claims and their applications; None: no COD (tests, --oneshot).
         self.cod = cod
         #: Runs the slots' fetch-work hooks; None: no work is fetched.
@@ -536,7 +540,7 @@ class Agent:
         try:
             self.startd = startd.start(
                 machine,
-                compile_policy(policy.spec),
+                self.compiler(policy.spec),
                 now,
                 applied=ref,
                 previous=current,

@@ -68,7 +68,7 @@ def test_an_execution_point_is_read_from_etcd() -> None:
     assert server.asked == [("n", False)]
 
 
-def test_the_slot_policies_watch_wakes_the_agent_for_edits_not_for_status() -> None:
+def test_the_slot_policies_watch_wakes_the_agent_for_checked_edits_not_for_status() -> None:
     woken: list[int] = []
     policies = SlotPolicies(on_change=lambda: woken.append(1))
     assert policies.get("batch") is None and not policies.synced.is_set()
@@ -82,12 +82,19 @@ def test_the_slot_policies_watch_wakes_the_agent_for_edits_not_for_status() -> N
     counted = {**policy(1), "status": {**policy_status(1), "governedNodes": 3}}
     policies.changed("MODIFIED", counted)
     assert len(woken) == 2  # the node counts: nothing for the agent to do
-    policies.changed("MODIFIED", policy(2))
-    assert len(woken) == 3 and policies.get("batch") == policy(2)
-    policies.listed([policy(2)])  # listed again after a dropped watch: nothing new
+    policies.changed("MODIFIED", policy(2))  # an edit the operator has not checked yet
+    assert len(woken) == 2 and policies.get("batch") == policy(2)
+    invalid = {**policy(2), "status": policy_status(2, valid=False)}
+    policies.changed("MODIFIED", invalid)
+    assert len(woken) == 3  # found invalid: the agent says so
+    policies.listed([invalid])  # listed again after a dropped watch: nothing new
     assert len(woken) == 3
-    policies.changed("DELETED", policy(2))
-    assert len(woken) == 4 and policies.get("batch") is None
+    policies.listed([policy(3)])  # edited meanwhile, not checked yet
+    assert len(woken) == 3
+    policies.changed("MODIFIED", {**policy(3), "status": policy_status(3)})
+    assert len(woken) == 4
+    policies.changed("DELETED", policy(3))
+    assert len(woken) == 5 and policies.get("batch") is None
     policies.lost()
     assert not policies.synced.is_set()
 
@@ -102,8 +109,9 @@ def test_a_watched_agent_reads_policies_from_its_watch_and_is_woken_by_their_edi
     watched.policies.listed([policy(1)])
     assert watched.read_slot_policy("batch") == policy(1)
     assert len(server.asked) == 1  # from the watch
-    watched.policies.changed("MODIFIED", policy(2))
-    assert woken == [1, 1] and watched.read_slot_policy("batch") == policy(2)
+    checked = {**policy(2), "status": policy_status(2)}
+    watched.policies.changed("MODIFIED", checked)
+    assert woken == [1, 1] and watched.read_slot_policy("batch") == checked
     # A policy the watch has not seen (yet): asked of the API server, not taken as gone.
     assert watched.read_slot_policy("other") == {"metadata": {"name": "other"}}
     assert server.asked[-1] == ("other", True)

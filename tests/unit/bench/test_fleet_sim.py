@@ -10,8 +10,11 @@ from collections.abc import Callable
 import pytest
 from agent_fakes import EXAMPLES, FakeAPI, MachineBox, example_machine, load_yaml
 
-from fleet_sim import Fleet
+import fleet_sim
+from fleet_sim import Fleet, SharedCompile
 from kondor_agent.loop import Agent, AgentConfig
+from kondor_core.api import SlotPolicySpec
+from kondor_core.config import EffectivePolicy, PolicyError, compile_policy
 
 pytestmark = pytest.mark.timeout(5)
 
@@ -76,3 +79,40 @@ def test_a_woken_agent_acts_at_once_not_at_its_next_polling_tick() -> None:
         return took
 
     assert asyncio.run(scenario()) < 1.0
+
+
+def test_the_agents_of_a_fleet_share_one_compile_of_a_spec_and_get_its_errors() -> None:
+    compiled: list[SlotPolicySpec] = []
+
+    def counting(spec: SlotPolicySpec) -> EffectivePolicy:
+        compiled.append(spec)
+        return compile_policy(spec)
+
+    shared = SharedCompile(keep=2)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(fleet_sim, "compile_policy", counting)
+        one = SlotPolicySpec.model_validate({"condorConfig": "NUM_SLOTS = 2\n"})
+        two = SlotPolicySpec.model_validate({"condorConfig": "NUM_SLOTS = 4\n"})
+        first = shared(one)
+        assert shared(SlotPolicySpec.model_validate({"condorConfig": "NUM_SLOTS = 2\n"})) is first
+        assert shared(two) == compile_policy(two) and len(compiled) == 2
+        shared(SlotPolicySpec())  # a third spec: the oldest is forgotten
+        assert shared(one) is not first and len(compiled) == 4
+        bad = SlotPolicySpec.model_validate({"condorConfig": "START = (\n"})
+        for _ in range(2):  # an error is not remembered: each agent gets it, as on its node
+            with pytest.raises(PolicyError):
+                shared(bad)
+        assert len(compiled) == 6
+
+
+def test_fleet_agents_carve_with_the_shared_compile() -> None:
+    api = FakeAPI()
+    agents = _agents(api, ["n1", "n2"], polling_interval=5.0)
+    shared = SharedCompile()
+    for agent in agents:
+        api.add_execution_point(agent.name, "default")
+        agent.compiler = shared
+        agent.step()
+    assert [len(api.status(name)["slots"]) for name in ("n1", "n2")] == [1, 1]
+    assert agents[0].startd is not None and agents[1].startd is not None
+    assert agents[0].startd.policy is agents[1].startd.policy
