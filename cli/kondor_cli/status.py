@@ -26,7 +26,7 @@ import classad2
 from kondor_cli import render
 from kondor_cli.files import UserError
 from kondor_cli.render import table
-from kondor_core.api import EXECUTION_POINTS, GROUP, VERSION, kube_config_source
+from kondor_core.api import EXECUTION_POINTS, GROUP, VERSION, kube_config_source, whole_slot_ad
 from kondor_core.classads import ExpressionError, parse_expr
 from kondor_core.slots import SlotAd
 from kondor_core.startd.cod import cod_rows
@@ -43,8 +43,9 @@ def slot_ads(execution_points: Iterable[Mapping[str, Any]]) -> list[SlotAd]:
     ads: list[SlotAd] = []
     ordered = sorted(execution_points, key=lambda ep: str(ep.get("metadata", {}).get("name")))
     for ep in ordered:
-        for slot in (ep.get("status") or {}).get("slots") or []:
-            attributes = dict(slot.get("ad") or {})
+        status = ep.get("status") or {}
+        for slot in status.get("slots") or []:
+            attributes = whole_slot_ad(status.get("machine") or {}, slot.get("ad") or {})
             name = str(attributes.get("Name") or slot.get("name") or "")
             expressions = frozenset(slot.get("expressions") or ())
             ads.append(SlotAd(name, attributes, expressions & set(attributes)))

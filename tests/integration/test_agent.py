@@ -24,7 +24,7 @@ import pytest
 import yaml
 from kubernetes import client
 
-from kondor_core.api import SlotPolicyStatus
+from kondor_core.api import SlotPolicyStatus, whole_slot_ad
 from kondor_core.fleet import PolicyCounts, check_policy, slot_policy_status
 from kondor_devcluster.cluster import DevCluster, free_port
 
@@ -110,7 +110,9 @@ class Node:
         return dict(ep.get("status") or {})
 
     def ads(self) -> list[dict[str, Any]]:
-        return [slot["ad"] for slot in self.status().get("slots") or []]
+        status = self.status()
+        machine = status.get("machine") or {}
+        return [whole_slot_ad(machine, slot["ad"]) for slot in status.get("slots") or []]
 
     def simulated(self) -> list[dict[str, Any]]:
         """What `kondor simulate --output json` prints for this machine and policy."""

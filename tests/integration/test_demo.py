@@ -16,7 +16,7 @@ import pytest
 import yaml
 from kubernetes import client, config
 
-from kondor_core.api import Machine, SlotPolicy, validate
+from kondor_core.api import ExecutionPointStatus, Machine, SlotPolicy, validate
 from kondor_core.config import compile_policy
 from kondor_core.negotiation import simulate
 from kondor_devcluster.cluster import ClusterSpec, DevCluster, free_port
@@ -54,8 +54,8 @@ class Demo:
         eps = self.objects.list_cluster_custom_object(GROUP, VERSION, "executionpoints")["items"]
         return {
             ep["metadata"]["name"]: [
-                tuple(slot["ad"].get(key) for key in SHAPE)
-                for slot in (ep.get("status") or {}).get("slots", [])
+                tuple(slot.ad.get(key) for key in SHAPE)
+                for slot in ExecutionPointStatus.model_validate(ep.get("status") or {}).slots
             ]
             for ep in eps
         }

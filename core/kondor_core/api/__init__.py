@@ -22,6 +22,7 @@ from kondor_core.api.executionpoint import (
     PolicyRef,
     ResolvedPolicy,
     SlotStatus,
+    whole_slot_ad,
 )
 from kondor_core.api.job import (
     RUNTIMES,
@@ -149,4 +150,5 @@ __all__ = [
     "set_condition",
     "to_unit",
     "validate",
+    "whole_slot_ad",
 ]

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from kondor_core.api.base import ClassAdExpr, Condition, Model
 
@@ -101,7 +102,9 @@ class PowerStatus(Model):
 
 
 class SlotStatus(Model):
-    """One slot as the agent reports it; `ad` holds the whole slot ad (`kondor simulate`'s form)."""
+    """One slot as the agent reports it. Read through `ExecutionPointStatus`, `ad` is the whole
+    slot ad (`kondor simulate`'s form); stored, it holds only what differs from the status's
+    `machine` (`ExecutionPointStatus.dump`)."""
 
     name: str = Field(description="The slot's Name: slot1@node, slot1_1@node")
     type: str = Field(description="Partitionable, Dynamic or Static (SlotType)")
@@ -118,7 +121,11 @@ class SlotStatus(Model):
         default=None, description="EnteredCurrentActivity: epoch seconds"
     )
     job: str | None = Field(default=None, description="The job the slot runs (JobId), if any")
-    ad: dict[str, Any] = Field(default_factory=dict)
+    ad: dict[str, Any] = Field(
+        default_factory=dict,
+        description="The slot ad, less the attributes it shares with status.machine: the "
+        "whole ad is status.machine overlaid with this",
+    )
     expressions: list[str] = Field(
         default_factory=list,
         description="Attributes of `ad` whose string is ClassAd source (Requirements, Start), "
@@ -172,7 +179,9 @@ class ExecutionPointStatus(Model):
         default=None, description="The SlotPolicy (generation, hash) the slots were carved with"
     )
     machine: dict[str, Any] = Field(
-        default_factory=dict, description="The machine ad: detected resources and facts"
+        default_factory=dict,
+        description="The machine ad: what every slot ad shares (detected resources and facts, "
+        "the clock); stored once here, not in each slot's ad",
     )
     operator: OperatorStatus = Field(
         default_factory=OperatorStatus, description="Written by the operator, never the agent"
@@ -182,3 +191,41 @@ class ExecutionPointStatus(Model):
         default=None,
         description="Power management (HIBERNATE), when the policy sets HIBERNATE_CHECK_INTERVAL",
     )
+
+    @model_validator(mode="after")
+    def _whole_slot_ads(self) -> ExecutionPointStatus:
+        """Each slot's `ad` whole again: the stored form (`dump`) leaves out of it what it
+        shares with `machine`."""
+        if self.machine and any(self.machine.keys() - slot.ad.keys() for slot in self.slots):
+            whole = [
+                slot.model_copy(update={"ad": whole_slot_ad(self.machine, slot.ad)})
+                for slot in self.slots
+            ]
+            object.__setattr__(self, "slots", whole)  # frozen: set while being built
+        return self
+
+    def dump(self) -> dict[str, Any]:
+        """The stored form: each slot's `ad` without the attributes it shares, same value and
+        type, with `machine` (a third of a slot ad, and the clock that changes at each
+        heartbeat), which the API server would otherwise store, patch and send to every
+        watcher once per slot. Reading it back (`model_validate`) gives the whole ads."""
+        document = super().dump()
+        machine = document.get("machine")
+        if machine:
+            for slot in document.get("slots") or ():
+                slot["ad"] = {k: v for k, v in slot["ad"].items() if not _shared(machine, k, v)}
+        return document
+
+
+def whole_slot_ad(machine: Mapping[str, Any], ad: Mapping[str, Any]) -> dict[str, Any]:
+    """A slot's whole ad from its stored `ad` and its status's `machine`: every attribute of
+    the machine ad is in every slot ad, so what the stored form left out comes from there."""
+    return {**machine, **ad}
+
+
+def _shared(machine: Mapping[str, Any], key: str, value: Any) -> bool:
+    found = machine.get(key, _ABSENT)
+    return type(found) is type(value) and found == value
+
+
+_ABSENT = object()

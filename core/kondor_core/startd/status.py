@@ -10,7 +10,13 @@ from kondor_core.api import Unit, format_quantity
 from kondor_core.api.base import Condition
 from kondor_core.api.executionpoint import ExecutionPointStatus, SlotStatus, SlotSummary
 from kondor_core.slots import SlotAd
-from kondor_core.startd.node import Fact, Startd, machine_ad, published_ads
+from kondor_core.startd.node import (
+    CLOCK_ATTRIBUTES,
+    Fact,
+    Startd,
+    machine_ad,
+    published_ads,
+)
 
 
 def slot_status(ad: SlotAd) -> SlotStatus:
@@ -63,13 +69,20 @@ def status(
 ) -> ExecutionPointStatus:
     """The agent's part of the ExecutionPoint status at `now` (lastHeartbeat is set at write);
     `usage` is each busy slot's job usage (`published_ads`)."""
-    slots = [slot_status(ad) for ad in published_ads(startd, live, now, usage)]
+    ads = published_ads(startd, live, now, usage)
+    slots = [slot_status(ad) for ad in ads]
+    machine = machine_ad(startd, live)
+    if ads:  # the clock and the slot count, the same in every slot ad: stored once there
+        first = ads[0].attributes
+        for key in (*CLOCK_ATTRIBUTES, "TotalSlots"):
+            if key in first and all(ad.attributes.get(key) == first[key] for ad in ads):
+                machine[key] = first[key]
     return ExecutionPointStatus(
         summary=summary(slots),
         slots=slots,
         conditions=list(conditions),
         policy=startd.applied,
-        machine=machine_ad(startd, live),
+        machine=machine,
     )
 
 

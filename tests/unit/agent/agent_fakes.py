@@ -12,7 +12,7 @@ import yaml
 
 from kondor_agent.kube import NotFoundError, WriteError
 from kondor_agent.report import apply_merge_patch
-from kondor_core.api import Machine
+from kondor_core.api import ExecutionPointStatus, Machine
 
 ROOT = Path(__file__).resolve().parents[3]
 EXAMPLES = ROOT / "examples"
@@ -77,6 +77,10 @@ class FakeAPI:
 
     def status(self, node: str) -> dict[str, Any]:
         return dict(self.execution_points[node].get("status", {}))
+
+    def slot_ads(self, node: str) -> list[dict[str, Any]]:
+        """The node's whole slot ads, as a reader of its stored status sees them."""
+        return [slot.ad for slot in ExecutionPointStatus.model_validate(self.status(node)).slots]
 
     def read_execution_point(self, name: str) -> dict[str, Any] | None:
         found = self.execution_points.get(name)

@@ -491,7 +491,7 @@ def test_a_busy_slots_ad_has_its_jobs_load_and_usage_as_htcondor_names_them(node
     _tick(agent, clock)
     _tick(agent, clock)
     _tick(agent, clock, 301)  # the usage is volatile: written with the next update (300 s)
-    ads = {s["name"].split("@")[0]: s["ad"] for s in api.status(NODE)["slots"]}
+    ads = {ad["Name"].split("@")[0]: ad for ad in api.slot_ads(NODE)}
     busy = ads["slot1_1"]
     assert busy["CondorLoadAvg"] == 0.5
     cpu = (clock.now - 1000.0) * 0.5

@@ -140,7 +140,7 @@ def test_a_change_is_written_within_a_second_debounced(gpu_node: Any) -> None:
     new = api.patches[writes:]
     assert len(new) == 1
     assert new[0][0] - changed_at <= 5 + 1  # seen at the next tick, written within a second
-    assert all(slot["ad"]["KondorTestFact"] == 7 for slot in api.status(NODE)["slots"])
+    assert all(ad["KondorTestFact"] == 7 for ad in api.slot_ads(NODE))
 
 
 def test_policy_edit_recarves_within_one_polling_interval(gpu_node: Any) -> None:

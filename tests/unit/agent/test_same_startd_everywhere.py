@@ -91,7 +91,7 @@ def _agent_ads(policy: Path, machine: Path, now: float) -> tuple[list[dict[str, 
         clock=clock,
     )
     agent.step()
-    return [slot["ad"] for slot in api.status(node.name)["slots"]], agent
+    return api.slot_ads(node.name), agent
 
 
 @pytest.mark.parametrize(("policy", "machine"), PAIRS, ids=[f"{p.stem}-{m.stem}" for p, m in PAIRS])
