@@ -45,7 +45,11 @@ How the agents share this process (a real node runs one `kondor-agent` of its ow
 steps on 16 worker threads (WORKERS), first steps staggered over one polling interval, and —
 instead of two watches per agent (`WatchedExecutionPoint`: its ExecutionPoint and the
 SlotPolicies, a thread and a connection each) — one watch of all ExecutionPoints whose events
-wake the agent concerned, and one of the SlotPolicies whose changes wake every agent.
+wake the agent concerned, and one of the SlotPolicies whose changes wake every agent. The
+agents share one compile of each SlotPolicy spec (`fleet_sim.SharedCompile`): a real node
+compiles it on its own CPU, not on the machine that runs the control plane. Everything else
+an agent does (its ticks, its re-carve, its status, its writes) each simulated agent does
+itself, here, on the same two cores as the API server.
 
 Run (needs the built control plane, `make controlplane`):
 
