@@ -17,6 +17,7 @@ import yaml
 from kondor_cli import status
 from kondor_cli.files import UserError
 from kondor_cli.main import main
+from kondor_core.api import ExecutionPointStatus
 
 RECORDED: list[dict[str, Any]] = json.loads(
     (Path(__file__).parent / "test_status_executionpoints.json").read_text()
@@ -249,3 +250,20 @@ def test_command_reports_bad_constraint_and_unknown_node(
     assert capsys.readouterr().out.splitlines()[1] == "slot2@kwok-gpu-0 Owner"
     assert main(["status", "-l", "slot1@kwok-gpu-0"]) == 0
     assert 'AssignedGPUs = "GPU-0,GPU-1"' in capsys.readouterr().out
+
+
+def test_a_status_stored_without_the_shared_attributes_shows_the_same_ads() -> None:
+    """The recorded statuses hold whole slot ads (an agent before `ExecutionPointStatus.dump`
+    left out of them what they share with status.machine); stored the new way, the ads
+    `kondor status` shows are the same."""
+    stored = []
+    for ep in RECORDED:
+        parsed = ExecutionPointStatus.model_validate(ep["status"])
+        machine = {**parsed.machine, "MyCurrentTime": 1795309600}
+        slots = [slot.model_copy(update={"ad": {**slot.ad, **machine}}) for slot in parsed.slots]
+        dumped = parsed.model_copy(update={"machine": machine, "slots": slots}).dump()
+        assert all("OpSys" not in slot["ad"] for slot in dumped["slots"])
+        stored.append({**ep, "status": dumped})
+    for before, after in zip(_ads(), status.slot_ads(stored), strict=True):
+        assert after.attributes == {**before.attributes, "MyCurrentTime": 1795309600}
+        assert after.expressions == before.expressions
