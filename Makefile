@@ -50,7 +50,7 @@ condor-defaults-check: venv ## Fail when the committed knob defaults differ from
 # workers than cores pay (TEST_WORKERS=4: 8.5-15 min against 19.5 serially on 2 cores);
 # 0 runs serially, in one process, until two green runs with 4 have been seen.
 TEST_WORKERS ?= 0
-test: venv controlplane helm ## Unit and integration tests, TEST_WORKERS at a time (builds the control plane and fetches helm once)
+test: venv controlplane helm image ## Unit and integration tests, TEST_WORKERS at a time (builds the control plane and the image, fetches helm; cached)
 	$(BIN)/pytest -n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder
 
 unit: venv ## Unit tests only (no control plane needed)
@@ -99,8 +99,8 @@ chart-lint: helm ## helm lint --strict and helm template --include-crds
 	h=$$($(BIN)/python tools/fetch_helm.py) && $$h lint --strict helm/kondor && \
 	    $$h template kondor helm/kondor --include-crds > /dev/null
 
-image: ## Build the image kondor:0.1.0 (needs Docker)
-	docker build -t kondor:0.1.0 .
+image: venv ## Build the image kondor:0.1.0 from the Dockerfile with buildah, no Docker (root; cached): ~/.cache/kondor/image/kondor-0.1.0.oci.tar
+	$(BIN)/python tools/build_image.py
 
 kind-up: image helm ## kind cluster from kind-config.yaml, image loaded, chart installed (Docker, kind)
 	kind create cluster --config kind-config.yaml

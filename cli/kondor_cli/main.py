@@ -160,8 +160,8 @@ def build_parser() -> argparse.ArgumentParser:
         try:
             register = plugin.load()
         except ImportError:
-            # The runtime image has no dev-cluster dependencies (the `devcluster` extra):
-            # its commands are simply not offered there.
+            # The runtime image leaves the dev cluster out (kondor_devcluster is not
+            # installed there, only its entry point is declared): its commands are not offered.
             continue
         register(commands)
     return parser

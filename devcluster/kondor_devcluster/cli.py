@@ -85,6 +85,16 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="a machine file whose labels the real node gets (its facts are the host's)",
     )
     up.add_argument(
+        "--image",
+        type=Path,
+        action="append",
+        default=[],
+        metavar="ARCHIVE.oci.tar",
+        dest="images",
+        help="an OCI image archive (`make image` writes one) imported into the real node's "
+        "containerd before the node is Ready, so pods use it without a registry; repeatable",
+    )
+    up.add_argument(
         "--detach", action="store_true", help="return once ready; stop with `dev-cluster down`"
     )
     up.add_argument(
@@ -122,6 +132,7 @@ def up_command(args: argparse.Namespace) -> int:
         real_node_machine=None
         if args.real_node_machine is None
         else args.real_node_machine.absolute(),
+        images=tuple(path.absolute() for path in args.images),
     )
     cluster = DevCluster(spec)
     stop = threading.Event()

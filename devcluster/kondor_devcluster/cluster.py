@@ -77,6 +77,8 @@ class ClusterSpec:
     real_node: str | None = None
     #: A machine file whose labels the real node gets (its facts come from the host itself).
     real_node_machine: Path | None = None
+    #: OCI image archives imported into the real node's containerd before it is Ready.
+    images: tuple[Path, ...] = ()
 
 
 @dataclass
@@ -240,6 +242,11 @@ class DevCluster:
     def _prepare(self) -> Path:
         layout = self.layout
         spec = self.spec
+        if spec.images and spec.real_node is None:
+            raise DevClusterError(
+                f"--image {spec.images[0]}: images are imported into the real node's "
+                "containerd (kwok nodes run no containers); add --real-node"
+            )
         if running_pids(layout):
             raise DevClusterError(
                 f"a dev cluster already runs from {spec.state_dir}; "
@@ -281,6 +288,8 @@ class DevCluster:
             raise realnode.RealNodeError(f"--real-node {name}: {'; '.join(problems)}")
         if self.spec.real_node_machine is not None:
             self._real_node_labels = nodes.load_machine(self.spec.real_node_machine).labels
+        for archive in self.spec.images:  # a bad archive is refused before anything starts
+            realnode.archive_references(archive)
         realnode.ensure_packages(self.log)
         self._kubelet = build.ensure_kubelet(self.spec.cache_dir, log=self.log)
         pause_source = _module_dir() / "build" / "pause" / "linux" / "pause.c"
@@ -467,6 +476,9 @@ class DevCluster:
             result = subprocess.run(command, capture_output=True, text=True, check=False)
             if result.returncode != 0:
                 raise DevClusterError(f"importing {image} failed: {result.stderr.strip()}")
+        for archive in self.spec.images:
+            imported = realnode.import_image(node, archive)
+            self._say(f"real node: imported {', '.join(imported)} from {archive}")
         assert self._kubelet is not None
         kubelet = self._spawn_command(
             "kubelet", realnode.kubelet_args(self._kubelet, node, name, self._node_ip)

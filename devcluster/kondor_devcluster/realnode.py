@@ -20,6 +20,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import tarfile
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -316,6 +317,121 @@ def containerd_args(layout: RealNodeLayout) -> list[str]:
 
 def ctr_command(layout: RealNodeLayout, *args: str) -> list[str]:
     return ["ctr", f"--address={layout.socket}", "--namespace=k8s.io", *args]
+
+
+# -- images the user brings (`--image ARCHIVE`) ----------------------------------------------
+
+#: The annotations an OCI archive's index names its images by: containerd's own, then OCI's.
+_IMAGE_NAME_ANNOTATIONS = ("io.containerd.image.name", "org.opencontainers.image.ref.name")
+
+
+def archive_references(archive: Path) -> list[str]:
+    """The full image references an OCI image archive names (`buildah push ... oci-archive:`
+    writes `org.opencontainers.image.ref.name`), as `ctr images import` will store them."""
+    try:
+        with tarfile.open(archive) as tar:
+            member = tar.extractfile("index.json")
+            if member is None:
+                raise KeyError("index.json")
+            index = json.loads(member.read())
+    except (OSError, tarfile.TarError) as error:
+        raise RealNodeError(
+            f"--image {archive}: not a readable OCI image archive ({error})"
+        ) from error
+    except (KeyError, ValueError) as error:
+        raise RealNodeError(
+            f"--image {archive}: no index.json in it; an OCI image archive is expected "
+            "(`make image` writes one)"
+        ) from error
+    references = []
+    for manifest in index.get("manifests", []):
+        annotations = manifest.get("annotations") or {}
+        name = next((annotations[key] for key in _IMAGE_NAME_ANNOTATIONS if key in annotations), "")
+        # A bare tag ("0.1.0") names no repository: the pod could not refer to it.
+        if "/" in name and ":" in name.rsplit("/", 1)[-1]:
+            references.append(name)
+    if not references:
+        raise RealNodeError(
+            f"--image {archive}: its index names no image with a full reference "
+            "(repository:tag in org.opencontainers.image.ref.name); a pod could not refer to it"
+        )
+    return references
+
+
+def import_image_command(layout: RealNodeLayout, archive: Path, reference: str) -> list[str]:
+    """`ctr images import` into the kubelet's namespace (k8s.io), keeping the archive's full
+    reference: `--base-name` is its repository, so ctr neither drops it nor renames it."""
+    repository = reference.rsplit(":", 1)[0]
+    return ctr_command(layout, "images", "import", f"--base-name={repository}", str(archive))
+
+
+def import_image(layout: RealNodeLayout, archive: Path) -> list[str]:
+    """Import the OCI archive into the node's containerd; returns the references it holds."""
+    references = archive_references(archive)
+    result = subprocess.run(
+        import_image_command(layout, archive, references[0]),
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if result.returncode != 0:
+        raise RealNodeError(f"--image {archive}: ctr images import failed: {result.stderr.strip()}")
+    listed = subprocess.run(
+        ctr_command(layout, "images", "ls", "--quiet"), capture_output=True, text=True, check=False
+    ).stdout.split()
+    missing = [reference for reference in references if reference not in listed]
+    if missing:
+        raise RealNodeError(
+            f"--image {archive}: imported, but containerd holds no {', '.join(missing)} "
+            f"(it holds {', '.join(listed) or 'nothing'})"
+        )
+    return references
+
+
+def apiserver_route_commands(service_ip: str, api_port: int) -> list[list[str]]:
+    """The iptables rules that let pods reach the API server as in-cluster clients do.
+
+    A pod's client (the operator's, the agent's) connects to the `kubernetes` Service,
+    KUBERNETES_SERVICE_HOST:443 (the kubelet's environment). There is no kube-proxy, and the API
+    server listens on 127.0.0.1 only, so one DNAT does what kube-proxy's rule would: the
+    Service's address to the API server on loopback (with `route_localnet`, set by
+    `route_pods_to_apiserver`, packets from the bridge may be routed there). The rules are in
+    a chain of their own, which `cleanup_host` removes with the jump to it.
+    """
+    nat = ["iptables", "-w", "-t", "nat"]
+    return [
+        [*nat, "-F", APISERVER_CHAIN],
+        [
+            *nat,
+            "-A",
+            APISERVER_CHAIN,
+            "-d",
+            f"{service_ip}/32",
+            "-p",
+            "tcp",
+            "--dport",
+            "443",
+            "-j",
+            "DNAT",
+            "--to-destination",
+            f"127.0.0.1:{api_port}",
+        ],
+    ]
+
+
+def route_pods_to_apiserver(service_ip: str, api_port: int) -> None:
+    """Install `apiserver_route_commands` (the host's record already holds what they change)."""
+    nat = ["iptables", "-w", "-t", "nat"]
+    subprocess.run([*nat, "-N", APISERVER_CHAIN], capture_output=True, check=False)  # may exist
+    jump = ["PREROUTING", "-j", APISERVER_CHAIN]
+    commands = apiserver_route_commands(service_ip, api_port)
+    if subprocess.run([*nat, "-C", *jump], capture_output=True, check=False).returncode != 0:
+        commands.append([*nat, "-I", *jump])
+    for command in commands:
+        result = subprocess.run(command, capture_output=True, text=True, check=False)
+        if result.returncode != 0:
+            raise RealNodeError(f"`{' '.join(command)}` failed: {result.stderr.strip()}")
+    write_sysctl("net.ipv4.conf.all.route_localnet", "1")
 
 
 def write_configs(

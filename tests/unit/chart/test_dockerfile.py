@@ -10,7 +10,9 @@ from dataclasses import dataclass, field
 from chart_support import ROOT
 
 DOCKERFILE = ROOT / "Dockerfile"
-SOURCE_ROOTS = ("core", "operator", "agent", "cli", "devcluster")
+#: The runtime packages' source roots; the dev cluster (devcluster/) does not run in the image.
+SOURCE_ROOTS = ("core", "operator", "agent", "cli")
+RUNTIME_PACKAGES = ("kondor_core", "kondor_operator", "kondor_agent", "kondor_cli")
 
 
 @dataclass
@@ -81,7 +83,34 @@ def test_dependencies_are_installed_before_the_sources_are_copied() -> None:
     }
     assert positions["pyproject"] < positions["deps"] < positions["sources"] < positions["install"]
     copied = {a.split()[0] for kw, a in steps if kw == "COPY"}
-    assert set(SOURCE_ROOTS) <= copied, "a source root named in pyproject is not copied"
+    assert set(SOURCE_ROOTS) <= copied, "a runtime source root is not copied"
+    assert "devcluster" not in copied, "the dev cluster does not run in the image"
+
+
+def test_the_build_imports_every_runtime_module_and_keeps_no_dev_tools() -> None:
+    builder = stages()[0]
+    [install] = [a for a in builder.of("RUN") if "--no-deps ." in a]
+    steps = [step.strip() for step in install.split("&&")]
+    assert any(s.startswith("python -m pip uninstall") and "pip setuptools" in s for s in steps)
+    [check] = [s for s in steps if "check_imports.py" in s]
+    # -I: the sources in the working directory must not stand in for the installed packages.
+    assert check.split()[:3] == ["python", "-I", "check_imports.py"]
+    assert set(RUNTIME_PACKAGES) <= set(check.split()), "a runtime package is not checked"
+    assert "--pyproject pyproject.toml" in check
+    # The check runs after the uninstall, so nothing at run time may need pip or setuptools.
+    uninstall = next(i for i, s in enumerate(steps) if "pip uninstall" in s)
+    assert uninstall < steps.index(check)
+    for entry_point in ("kondor-operator", "kondor-agent", "kondor"):
+        assert f"{entry_point} --help > /dev/null" in steps
+    assert any("tools/check_imports.py" in a for a in builder.of("COPY"))
+
+
+def test_httpx_is_a_runtime_dependency_the_agent_imports() -> None:
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    names = {re.split(r"[<>=\[ ]", r, maxsplit=1)[0].lower() for r in project["dependencies"]}
+    # kondor_agent.fetchwork (URL fetch-work hooks) imports it in the agent's start path.
+    assert "import httpx" in (ROOT / "agent/kondor_agent/fetchwork.py").read_text()
+    assert "httpx" in names
 
 
 def test_runtime_runs_as_a_numeric_non_root_user() -> None:
@@ -126,5 +155,5 @@ def test_dockerignore_lets_in_exactly_what_is_copied() -> None:
             *sources, _ = args.split()
             for source in sources:
                 assert included(source), f".dockerignore leaves out {source}, which is copied"
-    for private in (".venv", ".git", ".devcluster", "tests", "devcluster/controlplane"):
+    for private in (".venv", ".git", ".devcluster", "tests", "devcluster", "tools/fetch_helm.py"):
         assert not included(private), f"{private} would be sent to the Docker daemon"
