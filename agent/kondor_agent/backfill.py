@@ -26,7 +26,9 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from kondor_agent.execute.cgroups import CgroupError, JobCgroups
+from kondor_agent.execute.privileges import drop_privileges, ensure_traversable, load_libc
 from kondor_core.api.backfill import BackfillSpec
+from kondor_core.jobs.runas import AccountError, slot_user_ids
 from kondor_core.policy import BackfillExited, BackfillStarted, Event
 
 log = logging.getLogger(__name__)
@@ -117,6 +119,12 @@ class BackfillRunner:
         assert spec.executable is not None
         workdir = self.directory / _safe(slot)
         workdir.mkdir(parents=True, exist_ok=True)
+        try:
+            drop = self._as_slot_user(slot, workdir)
+        except (AccountError, OSError) as err:
+            log.warning("backfill on %s did not start: %s", slot, err)
+            self._events.setdefault(slot, []).extend([BackfillStarted(), BackfillExited()])
+            return False
         env = {"PATH": MINIMAL_PATH, "HOME": str(workdir), **spec.environment}
         env["_CONDOR_SLOT"] = slot
         try:
@@ -132,8 +140,11 @@ class BackfillRunner:
                     stdout=out,
                     stderr=err_file,
                     start_new_session=True,
+                    # Dropping needs prctl and capset: only a function run after the fork
+                    # can (libc is loaded before it, so the child imports nothing).
+                    preexec_fn=drop,  # noqa: PLW1509
                 )
-        except OSError as err:
+        except (OSError, subprocess.SubprocessError) as err:
             log.warning("backfill on %s did not start: %s", slot, err)
             self._events.setdefault(slot, []).extend([BackfillStarted(), BackfillExited()])
             return False
@@ -143,6 +154,27 @@ class BackfillRunner:
         self._events.setdefault(slot, []).append(BackfillStarted())
         log.info("backfill on %s started (pid %d)", slot, process.pid)
         return True
+
+    def _as_slot_user(self, slot: str, workdir: Path) -> Callable[[], None]:
+        """What the backfill client's child runs before exec: it never runs as root, but as
+        its slot's own user (`kondor_core.jobs.runas.slot_user_ids`, as a job with no owner
+        account would), without capabilities and with `no_new_privs`; its directory
+        (mode 0700) is that user's. An agent that is not root keeps its own user."""
+        load_libc()
+        uid = gid = None
+        if os.geteuid() == 0:
+            ids = slot_user_ids(slot.split("@", 1)[0])
+            uid, gid = ids.uid, ids.gid
+            os.chmod(self.directory, 0o711)
+            ensure_traversable(self.directory)
+            os.chown(workdir, uid, gid)
+            os.chmod(workdir, 0o700)
+            log.info("backfill on %s runs as uid %d gid %d", slot, uid, gid)
+
+        def drop() -> None:
+            drop_privileges(uid, gid)
+
+        return drop
 
     def _start_pod(self, slot: str, spec: BackfillSpec) -> bool:
         manifest = backfill_pod(spec, slot, self.node)

@@ -36,6 +36,8 @@ from kondor_core import startd
 from kondor_core.api import COD_CLAIMS, CodClaim, CodClaimStatus
 from kondor_core.api.job import ProcessRuntime
 from kondor_core.api.meta import EXECUTION_POINT_LABEL, format_time, model_patch
+from kondor_core.classads import ExpressionError, parse_ad
+from kondor_core.jobs.runas import Account, AccountError, RunAsSettings, run_as
 from kondor_core.startd import cod
 
 log = logging.getLogger("kondor_agent.cod")
@@ -302,13 +304,16 @@ class CodRunner:
         # The claim ID's sequence keeps a re-created claim of the same name apart.
         number = held.claim.claim_id.rpartition("#")[2]
         job_id = f"cod.{held.namespace}.{held.name}.{number}.{spec.activation}"
+        slot = held.claim.slot.split("@", 1)[0]
+        account = _account(node.policy.macros, app, slot)
         try:
             held.handle = self.launcher.launch(
                 job_id,
                 runtime,
                 app.ad_text,
                 slot_ad.to_classad().printOld() if slot_ad is not None else "",
-                slot=held.claim.slot.split("@", 1)[0],
+                slot=slot,
+                account=account,
             )
         except (LaunchError, OSError, ValueError) as err:
             held.reason = f"activation {spec.activation} failed: cannot start {app.cmd}: {err}"
@@ -413,3 +418,26 @@ class WatchedCodClaims(WatchedNodeObjects):
 
     def patch_claim_status(self, namespace: str, name: str, patch: Mapping[str, Any]) -> None:
         self.patch_status(namespace, name, patch)
+
+
+def _account(macros: Mapping[str, str], app: cod.Application, slot: str) -> Account | AccountError:
+    """Who a COD application runs as: its Owner (the claim's authenticated user) where the
+    policy maps that user to a uid and STARTER_ALLOW_RUNAS_OWNER allows, else the slot's
+    user, as for a batch job (`kondor_core.jobs.runas`); never the agent's root."""
+    try:
+        ad = parse_ad(app.ad_text, field="the COD job ad")
+    except ExpressionError:
+        ad = None
+    try:
+        account = run_as(RunAsSettings.from_macros(macros), owner=app.owner, slot=slot, job_ad=ad)
+    except AccountError as err:
+        log.error("COD application of %s cannot run: %s", app.owner, err)
+        return err
+    log.info(
+        "COD application of %s runs as %s (uid %s): %s",
+        app.owner,
+        account.name,
+        account.uid,
+        account.reason,
+    )
+    return account

@@ -25,7 +25,7 @@ from pydantic import ValidationError
 from kondor_agent.kube import ConflictError
 from kondor_core import startd
 from kondor_core.api import ExecutionJob, JobExecution
-from kondor_core.api.job import ExecutionState
+from kondor_core.api.job import ExecutionAccount, ExecutionState
 from kondor_core.api.meta import format_time, model_patch, parse_time
 from kondor_core.jobs import job_ad
 from kondor_core.jobs.deferral import (
@@ -190,6 +190,13 @@ class Measuring(Protocol):
     """A launcher that can say what a running job uses."""
 
     def usage(self, handle: Any) -> Usage | None: ...
+
+
+@runtime_checkable
+class Accounting(Protocol):
+    """A launcher that can say which Unix account a job runs as (`kondor_core.jobs.runas`)."""
+
+    def account(self, handle: Any) -> ExecutionAccount | None: ...
 
 
 @runtime_checkable
@@ -619,6 +626,11 @@ class JobRunner:
                 directory=self.launcher.directory(run.handle),
                 start_time=format_time(run.started),
                 job_current_start_executing_date=int(run.started),
+                account=(
+                    self.launcher.account(run.handle)
+                    if isinstance(self.launcher, Accounting)
+                    else None
+                ),
                 **measured,
             ),
         )
@@ -787,6 +799,11 @@ class RuntimeLaunchers:
         if not isinstance(handle.launcher, ReportingHooks):
             return []
         return handle.launcher.hook_failures(handle.inner)
+
+    def account(self, handle: _Tagged) -> ExecutionAccount | None:
+        if not isinstance(handle.launcher, Accounting):
+            return None
+        return handle.launcher.account(handle.inner)
 
     def usage(self, handle: _Tagged) -> Usage | None:
         if not isinstance(handle.launcher, Measuring):

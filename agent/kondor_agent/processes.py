@@ -26,9 +26,11 @@ from kondor_agent.execute.launcher import JobHandle, ProcessLauncher
 from kondor_agent.execute.limits import ExecuteSettings, SettingsError, slot_limits
 from kondor_agent.jobs import Outcome, Usage
 from kondor_core.api import ExecutionJob, JobExecution
+from kondor_core.api.job import ExecutionAccount
 from kondor_core.classads import ExpressionError, parse_ad
 from kondor_core.jobs.apptainer import ApptainerSettings
 from kondor_core.jobs.hooks import HOOK_FAILURES_FILE, HookSettingsError, JobHooks, job_hooks
+from kondor_core.jobs.runas import Account, AccountError, RunAsSettings, run_as
 from kondor_core.slots import SlotAd
 
 log = logging.getLogger("kondor_agent.processes")
@@ -48,6 +50,8 @@ class ProcessJobs:
         self.settings = ExecuteSettings()
         self.apptainer = ApptainerSettings.from_macros()
         self._macros: Mapping[str, str] | None = None
+        #: Who jobs run as (the policy's run-as knobs and user accounts).
+        self.run_as = RunAsSettings()
         #: Job directories a restarted agent took back: `clear` leaves them running.
         self._adopted: set[Path] = set()
         #: Bytes of each job directory's `hook-failures` already reported.
@@ -72,6 +76,12 @@ class ProcessJobs:
         self._macros = dict(macros)
         self.apptainer = ApptainerSettings.from_macros(macros)
         try:
+            self.run_as = RunAsSettings.from_macros(macros)
+        except AccountError as err:
+            # Admission refuses these; a policy that got past it runs jobs as slot users.
+            log.error("%s; jobs run as their slots' own users", err)
+            self.run_as = RunAsSettings()
+        try:
             self.settings = ExecuteSettings.from_macros(macros)
         except SettingsError as err:
             log.error("%s; jobs are limited by the defaults (%s)", err, ExecuteSettings())
@@ -94,6 +104,7 @@ class ProcessJobs:
                 settings=self.settings,
                 machine_memory_mib=total,
             )
+        account = self._account(job, job_id, slot, job_ad_text)
         return self.launcher.launch(
             f"{namespace}.{name}.{number}",
             runtime,
@@ -103,6 +114,40 @@ class ProcessJobs:
             limits=limits,
             apptainer=self.apptainer,
             hooks=self._hooks(slot, job_ad_text),
+            account=account,
+        )
+
+    def _account(
+        self, job: ExecutionJob, job_id: str, slot: SlotAd, job_ad_text: str
+    ) -> Account | AccountError:
+        """Who the job runs as (`kondor_core.jobs.runas`): its Owner is the one admission
+        set from the API server's authentication, never a value of the job's own ad."""
+        try:
+            ad = parse_ad(job_ad_text, field="the job ad")
+        except ExpressionError:
+            ad = None
+        try:
+            account = run_as(self.run_as, owner=job.spec.owner, slot=slot.name, job_ad=ad)
+        except AccountError as err:
+            log.error("%s cannot run: %s", job_id, err)
+            return err
+        log.info(
+            "%s runs as %s (uid %s gid %s): %s",
+            job_id,
+            account.name,
+            account.uid,
+            account.gid,
+            account.reason,
+        )
+        return account
+
+    def account(self, handle: JobHandle) -> ExecutionAccount | None:
+        """The account the job runs as, from its launch spec (for its status)."""
+        spec = self.launcher.spec(handle)
+        if spec is None or spec.account is None:
+            return None
+        return ExecutionAccount(
+            name=spec.account, uid=spec.uid, gid=spec.gid, reason=spec.account_reason
         )
 
     def _hooks(self, slot: SlotAd, job_ad_text: str) -> JobHooks | None:

@@ -28,10 +28,12 @@ import signal
 import subprocess
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from kondor_agent.execute import jobdir
+from kondor_agent.execute.privileges import drop_privileges
 from kondor_core.classads import ExpressionError, literal, parse_ad
 from kondor_core.cron import OutputReader
 from kondor_core.cron.jobs import parse_args
@@ -64,6 +66,21 @@ class HookRun:
     failure: str | None = None
 
 
+def as_job_user(spec: dict[str, Any]) -> Callable[[], None] | None:
+    """What a job hook's child runs before exec: the job's hooks run "with the same
+    privileges as the job itself" (the manual's Hooks section: PREPARE_JOB, UPDATE_JOB_INFO,
+    JOB_EXIT), so it drops to the job's account as the job does. None for a spec that names
+    no account (the startd's own hooks, FETCH_WORK and the like, run as the agent)."""
+    if "uid" not in spec:
+        return None
+    uid, gid = spec.get("uid"), spec.get("gid")
+
+    def drop() -> None:
+        drop_privileges(uid, gid)
+
+    return drop
+
+
 def run_hook(
     argv: list[str], stdin_text: str, spec: dict[str, Any], *, timeout: float, name: str
 ) -> HookRun:
@@ -82,8 +99,9 @@ def run_hook(
                 env=spec["environment"],
                 close_fds=True,
                 start_new_session=True,
+                preexec_fn=as_job_user(spec),  # noqa: PLW1509 - the supervisor has one thread
             )
-        except OSError as err:
+        except (OSError, subprocess.SubprocessError) as err:
             return HookRun(None, None, "", f"{name} ({argv[0]}) could not be run: {err}")
     assert proc.stdout is not None
     reader = OutputReader(name, MAX_OUTPUT_BYTES)
@@ -327,8 +345,9 @@ class Updates:
                     env=self.spec["environment"],
                     close_fds=True,
                     start_new_session=True,
+                    preexec_fn=as_job_user(self.spec),  # noqa: PLW1509 - one thread
                 )
-        except (OSError, ExpressionError) as err:
+        except (OSError, subprocess.SubprocessError, ExpressionError) as err:
             record_failure(
                 self.spec, UPDATE_JOB_INFO_FAILED, f"{self.knob} could not be run: {err}"
             )

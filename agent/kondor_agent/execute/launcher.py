@@ -25,7 +25,9 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import logging
 import os
+import pwd
 import shutil
 import signal
 import subprocess
@@ -39,6 +41,7 @@ from kondor_agent.cron import RefusedExecutableError, resolve_hook
 from kondor_agent.execute import records
 from kondor_agent.execute.cgroups import SUPERVISORS, CgroupError, JobCgroups
 from kondor_agent.execute.limits import CgroupLimits
+from kondor_agent.execute.privileges import ensure_traversable
 from kondor_agent.execute.records import JobResult, LaunchSpec
 from kondor_core.api import ApptainerRuntime, ProcessRuntime
 from kondor_core.classads import parse_ad
@@ -49,6 +52,9 @@ from kondor_core.jobs.apptainer import (
     job_wants_apptainer,
 )
 from kondor_core.jobs.hooks import JOB_EXIT, PREPARE_JOB, UPDATE_JOB_INFO, JobHooks
+from kondor_core.jobs.runas import Account, AccountError, RunAsSettings, run_as
+
+log = logging.getLogger("kondor_agent.execute")
 
 #: The search path a job gets when its environment names none (dash's and systemd's default).
 DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin"
@@ -62,14 +68,14 @@ _PROBE_TIMEOUT = 5.0
 def pid_namespaces_work() -> bool:
     """Whether a process started here can have its own PID namespace, for
     SINGULARITY_USE_PID_NAMESPACES = auto (the starter probes the same by running a test
-    container with `-C`, and again without it on failure). Unprivileged, a user namespace
-    comes with it, as Apptainer makes one."""
+    container with `-C`, and again without it on failure). A user namespace comes with it,
+    as an unprivileged Apptainer makes one: jobs never run as root."""
     unshare = shutil.which("unshare", path=DEFAULT_PATH)
     if unshare is None:
         return False
-    argv = [unshare, "--pid", "--fork"]
-    if os.geteuid() != 0:
-        argv += ["--user", "--map-root-user"]
+    # Jobs run unprivileged (never as root), so the probe asks what an unprivileged
+    # Apptainer needs: a user namespace with the PID namespace.
+    argv = [unshare, "--pid", "--fork", "--user", "--map-root-user"]
     try:
         done = subprocess.run(
             [*argv, "true"],
@@ -86,6 +92,24 @@ def pid_namespaces_work() -> bool:
 
 #: The directory holding the kondor_agent package (site-packages, or agent/ in a checkout).
 _PACKAGE_PARENT = Path(__file__).resolve().parents[2]
+
+
+@dataclass(frozen=True)
+class JobAccount:
+    """The account a launched job runs as: its uid and gid (None: the agent's own, when it
+    is not root), its name and why it was chosen."""
+
+    uid: int | None
+    gid: int | None
+    name: str
+    reason: str
+
+
+def _user_name(uid: int) -> str:
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return str(uid)
 
 
 class LaunchError(Exception):
@@ -159,6 +183,7 @@ class ProcessLauncher:
         clock: Callable[[], float] = time.time,
         pid_namespaces: Callable[[], bool] = pid_namespaces_work,
         hooks_dir: Path | None = None,
+        euid: Callable[[], int] = os.geteuid,
     ) -> None:
         self.execute_dir = Path(execute_dir).resolve()
         self.hooks_dir = hooks_dir
@@ -168,6 +193,8 @@ class ProcessLauncher:
         self._clock = clock
         self._probe_pid_namespaces = pid_namespaces
         self._pid_namespaces: bool | None = None
+        self._euid = euid
+        self._prepared = False
         # `-S` skips site-packages (tens of ms of .pth files): the supervisor needs only the
         # standard library and this package, found through PYTHONPATH.
         self._supervisor_env = {"PATH": DEFAULT_PATH, "PYTHONPATH": str(_PACKAGE_PARENT)}
@@ -188,25 +215,38 @@ class ProcessLauncher:
         limits: CgroupLimits | None = None,
         apptainer: ApptainerSettings | None = None,
         hooks: JobHooks | None = None,
+        account: Account | AccountError | None = None,
     ) -> JobHandle:
         """Create the job's directory and cgroup and start its supervisor; returns at once.
 
         `apptainer` holds the SlotPolicy's SINGULARITY knobs (HTCondor's defaults when None);
-        `hooks` the job's hooks, run from the hooks directory only.
-        A job that cannot start (no apptainer, no image, no cgroup, bad paths) still gets a
-        handle: `poll` returns its `failed` result with the hold reason.
+        `hooks` the job's hooks, run from the hooks directory only; `account` who the job
+        runs as (`kondor_core.jobs.runas`; the slot's own user when None). The job never
+        runs as root: its scratch directory (mode 0700) and ads belong to its account, and
+        its supervisor's child drops to it before exec.
+        A job that cannot start (no apptainer, no image, no cgroup, bad paths, no such
+        account) still gets a handle: `poll` returns its `failed` result with the hold reason.
         """
         cgroup = JobCgroups.job_cgroup(slot, job_id)
         directory = self.execute_dir / job_id
         scratch = directory / records.SCRATCH
+        ids = self._ids(account, slot)
         try:
             self.execute_dir.mkdir(parents=True, exist_ok=True)
-            directory.mkdir()
+            directory.mkdir(mode=0o711)
         except FileExistsError:
             raise LaunchError(f"{directory}: the job {job_id!r} was already launched") from None
-        scratch.mkdir(mode=0o755)
+        if self._switches:
+            self._prepare_execute_dir()
+            # The job's account may cross its own directory to its scratch, and read nothing.
+            os.chmod(directory, 0o711)
+        scratch.mkdir(mode=0o700)
+        os.chmod(scratch, 0o700)
         for name, text in ((records.JOB_AD, job_ad_text), (records.MACHINE_AD, machine_ad_text)):
             (scratch / name).write_text(text if text.endswith("\n") else text + "\n")
+        if isinstance(ids, JobAccount) and ids.uid is not None and ids.gid is not None:
+            for path in (scratch, scratch / records.JOB_AD, scratch / records.MACHINE_AD):
+                os.chown(path, ids.uid, ids.gid)
         handle = JobHandle(job_id=job_id, slot=slot, directory=directory, cgroup=cgroup)
 
         iwd = _in_scratch(runtime.working_directory, scratch) or str(scratch)
@@ -215,7 +255,7 @@ class ProcessLauncher:
             executable = str(Path(iwd) / executable)
         argv = [executable, *runtime.arguments]
         environment = job_environment(runtime, scratch=scratch, slot=slot)
-        failure: JobResult | None = None
+        failure: JobResult | None = ids if isinstance(ids, JobResult) else None
         image_test: list[str] | None = None
         try:
             contained = self._in_apptainer(
@@ -229,10 +269,12 @@ class ProcessLauncher:
                 environment=environment,
             )
         except KondorError as err:
-            failure = JobResult.failure(records.FAILED_TO_CREATE_PROCESS, 0, str(err), at=0.0)
+            failure = failure or JobResult.failure(
+                records.FAILED_TO_CREATE_PROCESS, 0, str(err), at=0.0
+            )
         else:
             if isinstance(contained, JobResult):
-                failure = contained
+                failure = failure or contained
             elif contained is not None:
                 argv, environment, image_test = contained
         command_at = len(argv) - len(runtime.arguments) - 1
@@ -278,6 +320,10 @@ class ProcessLauncher:
             image_test=image_test,
             hooks=hook_spec,
             command_at=command_at if hook_spec is not None else None,
+            uid=ids.uid if isinstance(ids, JobAccount) else None,
+            gid=ids.gid if isinstance(ids, JobAccount) else None,
+            account=ids.name if isinstance(ids, JobAccount) else None,
+            account_reason=ids.reason if isinstance(ids, JobAccount) else None,
         )
         records.write_atomic(directory / records.SPEC, spec.to_json())
         if failure is not None:
@@ -287,6 +333,76 @@ class ProcessLauncher:
             return handle
         self._start_supervisor(directory, site=hook_spec is not None)
         return handle
+
+    @property
+    def _switches(self) -> bool:
+        """Whether jobs run as another user: only root can switch (an agent run by a user,
+        as in some tests, runs jobs as itself, still without capabilities)."""
+        return self._euid() == 0
+
+    def _ids(self, account: Account | AccountError | None, slot: str) -> JobAccount | JobResult:
+        """The uid and gid the job runs as: the account's numbers, or its name looked up in
+        this node's password file; root is refused whatever named it, and so is an account
+        the decision refused (`AccountError`)."""
+        if isinstance(account, AccountError):
+            return JobResult.failure(
+                records.FAILED_TO_CREATE_PROCESS,
+                errno.EPERM,
+                f"The job's account: {account}",
+                at=0.0,
+            )
+        if not self._switches:
+            me = self._euid()
+            return JobAccount(
+                None,
+                None,
+                _user_name(me),
+                f"the agent runs as uid {me}, not root, so the job runs as that user "
+                "(without capabilities)",
+            )
+        if account is None:
+            try:
+                account = run_as(RunAsSettings(), owner=None, slot=slot, job_ad=None)
+            except AccountError as err:
+                return JobResult.failure(
+                    records.FAILED_TO_CREATE_PROCESS,
+                    errno.EPERM,
+                    f"The job's account: {err}",
+                    at=0.0,
+                )
+        uid, gid = account.uid, account.gid
+        if uid is None or gid is None:
+            try:
+                entry = pwd.getpwnam(account.name)
+            except KeyError:
+                return JobResult.failure(
+                    records.FAILED_TO_CREATE_PROCESS,
+                    errno.ENOENT,
+                    f"The job's account {account.name!r} does not exist on this node "
+                    f"({account.reason})",
+                    at=0.0,
+                )
+            uid = entry.pw_uid if uid is None else uid
+            gid = entry.pw_gid if gid is None else gid
+        if uid == 0 or gid == 0:
+            return JobResult.failure(
+                records.FAILED_TO_CREATE_PROCESS,
+                errno.EPERM,
+                f"The job's account {account.name!r} is uid {uid} gid {gid}: a job never runs "
+                "as root",
+                at=0.0,
+            )
+        return JobAccount(uid, gid, account.name, account.reason)
+
+    def _prepare_execute_dir(self) -> None:
+        """The execute directory: root's, mode 0711 (each job's account crosses it to its
+        own directory and lists nothing); each directory above it gets the search bit for
+        others where it lacks it (cross, never read), so a job can reach its scratch."""
+        if self._prepared:
+            return
+        os.chmod(self.execute_dir, 0o711)
+        ensure_traversable(self.execute_dir)
+        self._prepared = True
 
     def _hook_spec(self, hooks: JobHooks) -> dict[str, object] | JobResult:
         """The spec's `hooks`: each program checked against the hooks directory; a refused
@@ -430,6 +546,13 @@ class ProcessLauncher:
         if (handle.directory / records.KILLED).exists():
             result = replace(result, killed=True)
         return result
+
+    def spec(self, handle: JobHandle) -> LaunchSpec | None:
+        """The job's launch spec (who it runs as, its command line), None if unreadable."""
+        try:
+            return LaunchSpec.from_json((handle.directory / records.SPEC).read_text())
+        except (OSError, ValueError, TypeError):
+            return None
 
     def job_pid(self, handle: JobHandle) -> int | None:
         """The job's pid (and process group), None until it has started."""

@@ -87,6 +87,13 @@ class LaunchSpec:
     #: Where the job's own executable is in `argv` (after any Apptainer command), so that a
     #: PREPARE_JOB hook's Cmd and Arguments can replace it and its arguments.
     command_at: int | None = None
+    #: The account the job runs as (`kondor_core.jobs.runas`): the child of the supervisor
+    #: switches to this uid and gid before exec; None where the agent is not root and cannot.
+    uid: int | None = None
+    gid: int | None = None
+    #: The account's name and why it was chosen, for the log and the job's status.
+    account: str | None = None
+    account_reason: str | None = None
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=1, sort_keys=True) + "\n"

@@ -77,19 +77,17 @@ def _join(procs_files: list[str], pid: int) -> None:
             f.write(str(pid))
 
 
-def _open_files(spec: dict[str, Any]) -> list[int] | dict[str, Any]:
-    """Descriptors for the job's stdin, stdout, stderr, or the failure naming the file."""
+def _open_files(spec: dict[str, Any]) -> list[int]:
+    """Descriptors for the job's stdin, stdout, stderr, opened in the child once it is the
+    job's user (so the output files are created as that user, with that user's rights);
+    an OSError's filename says which file could not be opened."""
     fds: list[int] = []
     try:
         path = spec.get("input")
         try:
             fds.append(os.open(path or os.devnull, os.O_RDONLY | os.O_CLOEXEC))
         except OSError as err:
-            return _failure(
-                jobdir.UNABLE_TO_OPEN_INPUT,
-                err.errno or 0,
-                f"Cannot open input file {path}: {os.strerror(err.errno or 0)}",
-            )
+            raise _StageError("input", err, path) from None
         flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC
         for key in ("output", "error"):
             path = spec.get(key)
@@ -99,16 +97,30 @@ def _open_files(spec: dict[str, Any]) -> list[int] | dict[str, Any]:
             try:
                 fds.append(os.open(path or os.devnull, flags, 0o644))
             except OSError as err:
-                return _failure(
-                    jobdir.UNABLE_TO_OPEN_OUTPUT,
-                    err.errno or 0,
-                    f"Cannot open output file {path}: {os.strerror(err.errno or 0)}",
-                )
+                raise _StageError("output", err, path) from None
         opened, fds = fds, []
         return opened
     finally:
         for fd in set(fds):
             os.close(fd)
+
+
+class _StageError(Exception):
+    """A step of the child's set-up failed: which, its errno, and the path it concerned."""
+
+    def __init__(self, stage: str, err: OSError, path: str | None = None) -> None:
+        super().__init__(stage, err, path)
+        self.stage = stage
+        self.errno = err.errno or 0
+        self.path = path
+        self.message = str(err)
+
+
+def _become_job_user(spec: dict[str, Any]) -> None:
+    """Drop to the job's account (`kondor_agent.execute.privileges`), imported only here."""
+    from kondor_agent.execute.privileges import drop_privileges  # noqa: PLC0415
+
+    drop_privileges(spec.get("uid"), spec.get("gid"))
 
 
 def _iwd_error(iwd: str) -> dict[str, Any] | None:
@@ -121,11 +133,14 @@ def _iwd_error(iwd: str) -> dict[str, Any] | None:
     return None
 
 
-def _spawn(spec: dict[str, Any], fds: list[int]) -> int | dict[str, Any]:
-    """Fork and exec the job (its own process group, its cgroup); its pid, or why it failed.
+def _spawn(spec: dict[str, Any]) -> int | dict[str, Any]:
+    """Fork and exec the job (its own process group, its cgroup, its user); its pid, or why
+    it failed.
 
-    As subprocess does, a close-on-exec pipe carries the child's error back: nothing
-    arrives when exec succeeds.
+    The child joins the job's cgroup while root, then gives up root for good (the job's uid
+    and gid, no capabilities, `no_new_privs`), and only then opens the job's files and
+    enters its working directory, with the job user's rights. As subprocess does, a
+    close-on-exec pipe carries the child's error back: nothing arrives when exec succeeds.
     """
     argv: list[str] = spec["argv"]
     read_end, write_end = os.pipe2(os.O_CLOEXEC)
@@ -137,14 +152,20 @@ def _spawn(spec: dict[str, Any], fds: list[int]) -> int | dict[str, Any]:
             os.setpgid(0, 0)
             stage = "cgroup"
             _join(spec["job_procs"], os.getpid())
-            stage = "exec"
+            stage = "user"
+            _become_job_user(spec)
+            fds = _open_files(spec)
             for target, fd in enumerate(fds):
                 os.dup2(fd, target)
+            stage = "iwd"
             os.chdir(spec["iwd"])
+            stage = "exec"
             for signum in FORWARDED:
                 signal.signal(signum, signal.SIG_DFL)
             signal.pthread_sigmask(signal.SIG_SETMASK, ())
             os.execve(argv[0], argv, spec["environment"])
+        except _StageError as err:
+            os.write(write_end, f"{err.stage}:{err.errno}:{err.path}".encode())
         except OSError as err:
             os.write(write_end, f"{stage}:{err.errno or 0}:{err}".encode())
         except BaseException as err:
@@ -161,12 +182,29 @@ def _spawn(spec: dict[str, Any], fds: list[int]) -> int | dict[str, Any]:
     os.waitpid(pid, 0)
     stage, code_text, message = report.decode(errors="replace").split(":", 2)
     code = int(code_text)
+    said = os.strerror(code) if code else message
     if stage == "cgroup":
         cgroups = ", ".join(spec["job_procs"])
         reason = f"Cannot place the job in its cgroup ({cgroups}): {message}"
         return _failure(jobdir.FAILED_TO_CREATE_PROCESS, code, reason)
-    reason = f"Cannot execute {spec['executable']}: {os.strerror(code) if code else message}"
+    if stage == "user":
+        reason = f"Cannot switch to the job's user ({_account(spec)}): {message}"
+        return _failure(jobdir.FAILED_TO_CREATE_PROCESS, code, reason)
+    if stage == "input":
+        reason = f"Cannot open input file {message}: {said}"
+        return _failure(jobdir.UNABLE_TO_OPEN_INPUT, code, reason)
+    if stage == "output":
+        reason = f"Cannot open output file {message}: {said}"
+        return _failure(jobdir.UNABLE_TO_OPEN_OUTPUT, code, reason)
+    if stage == "iwd":
+        reason = f"Cannot access initial working directory {spec['iwd']}: {said}"
+        return _failure(jobdir.IWD_ERROR, code, reason)
+    reason = f"Cannot execute {spec['executable']}: {said}"
     return _failure(jobdir.FAILED_TO_CREATE_PROCESS, code, reason)
+
+
+def _account(spec: dict[str, Any]) -> str:
+    return f"{spec.get('account') or 'uid'} {spec.get('uid')}:{spec.get('gid')}"
 
 
 def _peak_memory_mib(spec: dict[str, Any], rusage: resource.struct_rusage) -> int:
@@ -251,16 +289,25 @@ def _image_test(spec: dict[str, Any], job_dir: str) -> dict[str, Any] | None:
     log_path = os.path.join(job_dir, jobdir.IMAGE_TEST_LOG)
     flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC
     try:
-        pid = os.posix_spawn(
-            argv[0],
-            argv,
-            spec["environment"],
-            file_actions=[
-                (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
-                (os.POSIX_SPAWN_OPEN, 1, log_path, flags, 0o644),
-                (os.POSIX_SPAWN_DUP2, 1, 2),
-            ],
-        )
+        # The log is the agent's (in the job directory), opened before the child drops root.
+        log_fd = os.open(log_path, flags | os.O_CLOEXEC, 0o644)
+        try:
+            pid = os.fork()
+            if pid == 0:  # the test runs as the job's user, as the job will
+                try:
+                    null = os.open(os.devnull, os.O_RDONLY)
+                    os.dup2(null, 0)
+                    os.dup2(log_fd, 1)
+                    os.dup2(log_fd, 2)
+                    _become_job_user(spec)
+                    os.chdir(spec["scratch"])
+                    os.execve(argv[0], argv, spec["environment"])
+                except BaseException as err:
+                    os.write(2, f"cannot run {argv[0]}: {err}\n".encode())
+                finally:
+                    os._exit(127)
+        finally:
+            os.close(log_fd)
         code = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
     except OSError as err:
         reason = f"Cannot run the image test {' '.join(argv)}: {err}"
@@ -319,17 +366,10 @@ def run(spec: dict[str, Any], job_dir: str) -> dict[str, Any]:
             failure = hookrun.prepare(spec)
             if failure is not None:
                 return failure
-    fds = _open_files(spec)
-    if isinstance(fds, dict):
-        return fds
     if pending:
         return _result("exited", exit_signal=pending[0], end_time=time.time())
     start = time.time()
-    try:
-        spawned = _spawn(spec, fds)
-    finally:
-        for fd in set(fds):
-            os.close(fd)
+    spawned = _spawn(spec)
     if isinstance(spawned, dict):
         return spawned
     job.append(spawned)

@@ -296,6 +296,15 @@ assert tuple(_CRON_NAMES.values()) == tuple(f[0] for f in CRON_FIELDS)
 _DEFERRAL_NAMES = {"deferral_window": "deferralWindow", "deferral_prep_time": "deferralPrepTime"}
 
 
+class ExecutionAccount(Model):
+    """The Unix account a process or Apptainer job runs as on its node (kondor_core.jobs.runas)."""
+
+    name: str = Field(description="The owner's name, or the slot user's (slot1_2, nobody)")
+    uid: int | None = Field(default=None, description="Its uid (never 0)")
+    gid: int | None = Field(default=None, description="Its gid (never 0)")
+    reason: str | None = Field(default=None, description="Why the starter chose it")
+
+
 class JobExecution(Model):
     """status.execution: the agent's account of the job's current claim on its node."""
 
@@ -330,6 +339,11 @@ class JobExecution(Model):
     )
     hold_reason: str | None = None
     hold_reason_code: int | None = None
+    account: ExecutionAccount | None = Field(
+        default=None,
+        description="Who the job runs as on the node (never root): the owner's mapped uid "
+        "or the slot's user, and why",
+    )
 
 
 class ExecutionJobStatus(Model):

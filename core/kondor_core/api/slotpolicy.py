@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, ValidationInfo, field_validator
 
 from kondor_core.api.backfill import BackfillSpec
 from kondor_core.api.base import (
@@ -22,6 +22,9 @@ from kondor_core.api.base import (
     ResourceAmount,
 )
 from kondor_core.api.quantity import Unit, to_unit
+
+#: The largest uid or gid Linux gives out ((uid_t)-1 means "no change" to setuid).
+MAX_ID = 4294967294
 
 ShareValue = int | float | str
 
@@ -121,6 +124,29 @@ def _check_slot_key(key: str) -> str:
 POD_MODES = ("dedicated", "harvest")
 
 
+class UserAccount(Model):
+    """The Unix account a user's process jobs run as on the nodes (kondor_core.jobs.runas)."""
+
+    uid: int = Field(description="The uid (1 to 4294967294; 0, root, is refused)")
+    gid: int | None = Field(
+        default=None, description="The gid (1 to 4294967294; 0 is refused); default the uid"
+    )
+
+    @field_validator("uid", "gid")
+    @classmethod
+    def _not_root(cls, value: int | None, info: ValidationInfo) -> int | None:
+        if value is None:
+            return value
+        if value == 0:
+            what = "group root" if info.field_name == "gid" else "root"
+            raise ValueError(
+                f"{info.field_name} 0 is {what}; a job never runs as root: allowed: 1 to {MAX_ID}"
+            )
+        if not 1 <= value <= MAX_ID:
+            raise ValueError(f"{info.field_name} {value} is out of range; allowed: 1 to {MAX_ID}")
+        return value
+
+
 class SlotPolicySpec(Model):
     """spec of a SlotPolicy (kondor.io/v1alpha1)."""
 
@@ -185,6 +211,13 @@ class SlotPolicySpec(Model):
         default=None,
         description="The backfill process a slot runs in the Backfill state (START_BACKFILL "
         "with ENABLE_BACKFILL; killed on EVICT_BACKFILL or a match): one per slot",
+    )
+    user_accounts: dict[str, UserAccount] = Field(
+        default_factory=dict,
+        description="Authenticated user (an ExecutionJob's spec.owner) -> the uid and gid "
+        "their process and Apptainer jobs run as, where STARTER_ALLOW_RUNAS_OWNER allows; "
+        "others run as the slot's user (SLOT<N>_USER, NOBODY_SLOT_USER, else Kondor's "
+        "per-slot user). Wins over the KONDOR_USER_ACCOUNTS knob; uid and gid 0 are refused",
     )
     condor_config: str = Field(default="", description="An HTCondor configuration snippet")
 

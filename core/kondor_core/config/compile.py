@@ -37,6 +37,7 @@ from kondor_core.classads import (
     parse_expr,
 )
 from kondor_core.config import knobs
+from kondor_core.config.accounts import USER_ACCOUNTS_KNOB, AccountError, merge_user_accounts
 from kondor_core.config.effective import (
     DEFAULT_CONSUMPTION,
     DEFAULT_MODIFY_REQUEST,
@@ -1022,6 +1023,14 @@ class _Compiler:
                 f"condorConfig line {line} ({text.strip()}) sets knobs Kondor does not implement, "
                 f"which have no effect: {listed}"
             )
+        if self.spec.user_accounts:  # the structured field wins, user by user, over the knob
+            try:
+                macros[USER_ACCOUNTS_KNOB] = merge_user_accounts(
+                    macros.get(USER_ACCOUNTS_KNOB, ""),
+                    {user: (ids.uid, ids.gid) for user, ids in self.spec.user_accounts.items()},
+                )
+            except AccountError as err:
+                self.problems.append(str(err))
         if self.spec.pod_mode is not None:  # the structured field wins over the snippet's knob
             macros["KONDOR_POD_MODE"] = self.spec.pod_mode
         mode = macros.get("KONDOR_POD_MODE")

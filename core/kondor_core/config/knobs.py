@@ -90,6 +90,17 @@ STARTD_KNOBS: Mapping[str, str] = {
         # Computing On Demand ("Computing On Demand (COD)"; kondor_core.startd.cod): who may
         # hold COD claims.
         "VALID_COD_USERS",
+        # Who a job runs as ("User Accounts in HTCondor on Unix Platforms";
+        # kondor_core.jobs.runas reads them), and Kondor's mapping of users to uids.
+        "STARTER_ALLOW_RUNAS_OWNER",
+        "UID_DOMAIN",
+        "TRUST_UID_DOMAIN",
+        "SOFT_UID_DOMAIN",
+        "NOBODY_SLOT_USER",
+        "DEDICATED_EXECUTE_ACCOUNT_REGEXP",
+        "EXECUTE_LOGIN_IS_DEDICATED",
+        "KONDOR_USER_ACCOUNTS",
+        "KONDOR_SLOT_USER_UID_BASE",
     )
 }
 
@@ -102,6 +113,8 @@ STARTD_KNOB_PATTERNS = (
         re.IGNORECASE,
     ),
     re.compile(r"SLOT\d+_JOB_HOOK_KEYWORD", re.IGNORECASE),
+    # The slot user of slot N or dynamic slot N_M (kondor_core.jobs.runas).
+    re.compile(r"SLOT\d+(?:_\d+)?_USER", re.IGNORECASE),
     # A COD application's attributes by keyword (kondor_core.startd.cod): FractGen_Cmd, ...
     re.compile(
         r"\w+?_(?:CMD|ARGS|IWD|IN|OUT|ERR|ENV|KILLSIG|JOBUNIVERSE|OWNER|CLUSTERID|PROCID"
@@ -214,7 +227,6 @@ UNIMPLEMENTED_PREFIXES: Mapping[str, str] = {
 #: HTCondor has for other purposes than attributes.
 PER_SLOT_UNIMPLEMENTED: Mapping[str, str] = {
     "EXECUTE": "the agent chooses each job's scratch directory",
-    "USER": "jobs run as the pod's user",
     "CPU_AFFINITY": "CPU placement is the kubelet's",
 }
 

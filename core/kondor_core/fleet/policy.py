@@ -20,6 +20,7 @@ from kondor_core.jobs.hooks import (
     hook_programs,
     startd_hook_programs,
 )
+from kondor_core.jobs.runas import run_as_problems
 from kondor_core.policy import EngineError, StartdPolicy
 from kondor_core.slots import policy_problems
 from kondor_core.startd.power import PowerConfigError, check_interval
@@ -111,6 +112,9 @@ def check_policy(
                 inside(target, program, field)
         except HookPathError as error:
             problems.append(str(error))
+    # Who jobs run as: uid 0 and root refused, naming the field or knob ("Who a job runs as").
+    for problem in run_as_problems(compiled.macros):
+        problems.append(f"spec.condorConfig: {problem}")
     try:
         check_hook_settings(compiled.macros)
     except HookSettingsError as error:

@@ -2,12 +2,36 @@
 
 from __future__ import annotations
 
+import os
+import shutil
+import stat
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
 
 from kondor_agent.execute.launcher import JobHandle, ProcessLauncher
 from kondor_agent.execute.records import JobResult
+
+
+def _others_can_run(path: Path) -> bool:
+    """Whether a user other than root may execute `path` (every directory above searchable)."""
+    real = path.resolve()
+    if not real.stat().st_mode & stat.S_IXOTH:
+        return False
+    return all(parent.stat().st_mode & stat.S_IXOTH for parent in real.parents)
+
+
+def job_python() -> str:
+    """A Python interpreter a job may execute. Jobs never run as root (a root agent drops
+    them to a slot user), and this venv's interpreter may sit under /root (mode 0700), out of
+    a job's reach, as on this project's machines; the system's python3 is then used."""
+    if os.geteuid() != 0 or _others_can_run(Path(sys.executable)):
+        return sys.executable
+    found = shutil.which("python3", path="/usr/local/bin:/usr/bin:/bin")
+    if found is None or not _others_can_run(Path(found)):
+        raise RuntimeError("no python3 that an unprivileged job can run")
+    return found
 
 
 def _files(base: Path, files: dict[str, str]) -> None:

@@ -8,13 +8,12 @@ from __future__ import annotations
 
 import os
 import signal
-import sys
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from execute_fakes import wait_for, wait_result
+from execute_fakes import job_python, wait_for, wait_result
 
 from kondor_agent.execute.cgroups import SUPERVISORS, CgroupError, JobCgroups
 from kondor_agent.execute.launcher import ProcessLauncher
@@ -105,7 +104,7 @@ def test_a_job_cannot_fork_past_its_pids_limit(
         "    n += 1\n"
         "print(n)\n"
     )
-    runtime = ProcessRuntime(executable=sys.executable, arguments=["-S", "-c", forks], output="out")
+    runtime = ProcessRuntime(executable=job_python(), arguments=["-S", "-c", forks], output="out")
     limits = slot_limits(1, 64, settings=ExecuteSettings(pids_max=4))
     handle = launcher.launch("forky", runtime, AD, AD, slot="slot1_1", limits=limits)
     assert wait_result(launcher, handle).exit_code == 0
@@ -119,7 +118,7 @@ def test_without_swap_a_job_over_its_memory_is_killed_not_swapped(
     if not (cgroups.can_limit_memory and cgroups.can_limit_swap):
         pytest.skip(f"the kernel accounts no swap per cgroup here: {cgroups.describe()}")
     grow = "b = bytearray(96 * 1024 * 1024)\nfor i in range(0, len(b), 4096): b[i] = 1\n"
-    runtime = ProcessRuntime(executable=sys.executable, arguments=["-S", "-c", grow])
+    runtime = ProcessRuntime(executable=job_python(), arguments=["-S", "-c", grow])
     limits = slot_limits(1, 32, settings=ExecuteSettings(disable_swap=True))
     handle = launcher.launch("noswap", runtime, AD, AD, slot="slot1_1", limits=limits)
     result = wait_result(launcher, handle, timeout=10)
@@ -161,7 +160,7 @@ def test_a_job_over_its_memory_limit_is_oom_killed(
         "for i in range(0, len(b), 4096): b[i] = 1\n"
         "print('survived')"
     )
-    runtime = ProcessRuntime(executable=sys.executable, arguments=["-S", "-c", grow], output="out")
+    runtime = ProcessRuntime(executable=job_python(), arguments=["-S", "-c", grow], output="out")
     handle = launcher.launch("hog", runtime, AD, AD, slot="slot1_1", limits=slot_limits(1, 32))
     result = wait_result(launcher, handle, timeout=10)
     assert (handle.scratch / "out").read_text() == ""
@@ -214,7 +213,7 @@ def test_usage_is_accounted_to_the_jobs_cgroup(
     launcher: ProcessLauncher, cgroups: JobCgroups
 ) -> None:
     burn = "import time\nt = time.process_time()\nwhile time.process_time() - t < 0.2: pass"
-    runtime = ProcessRuntime(executable=sys.executable, arguments=["-S", "-c", burn])
+    runtime = ProcessRuntime(executable=job_python(), arguments=["-S", "-c", burn])
     handle = launcher.launch("burn", runtime, AD, AD, slot="slot1_1")
     wait_result(launcher, handle)
     usage = cgroups.usage(handle.cgroup)

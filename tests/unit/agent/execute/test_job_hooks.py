@@ -59,7 +59,9 @@ def test_prepare_job_rewrites_the_arguments_and_the_job_ad(
         "cat <<'EOF'\nArguments = \"-c 'echo rewritten'\"\nPrepared = True\nEOF\n",
     )
     hooks = JobHooks(keyword="TEST", programs={"TEST_HOOK_PREPARE_JOB": name})
-    handle = launcher.launch("j", sh("echo original"), JOB_AD, MACHINE_AD, slot="s", hooks=hooks)
+    handle = launcher.launch(
+        "j", sh("echo original"), JOB_AD, MACHINE_AD, slot="slot1", hooks=hooks
+    )
     result = wait_result(launcher, handle)
     assert result.state == "exited" and result.exit_code == 0, result
     assert (handle.scratch / "out.txt").read_text() == "rewritten\n"
@@ -73,7 +75,9 @@ def test_prepare_job_rewrites_the_arguments_and_the_job_ad(
 def test_prepare_job_can_change_the_executable(launcher: ProcessLauncher, hooks_dir: Path) -> None:
     name = hook(hooks_dir, "prepare", "cat >/dev/null\necho 'Cmd = \"/bin/echo\"'\n")
     hooks = JobHooks(keyword="TEST", programs={"TEST_HOOK_PREPARE_JOB": name})
-    handle = launcher.launch("j", sh("echo original"), JOB_AD, MACHINE_AD, slot="s", hooks=hooks)
+    handle = launcher.launch(
+        "j", sh("echo original"), JOB_AD, MACHINE_AD, slot="slot1", hooks=hooks
+    )
     result = wait_result(launcher, handle)
     assert result.exit_code == 0
     assert (handle.scratch / "out.txt").read_text() == "-c echo original\n"
@@ -94,7 +98,7 @@ def test_prepare_job_failure_holds_the_job(
 ) -> None:
     name = hook(hooks_dir, "prepare", "cat >/dev/null\n" + body)
     hooks = JobHooks(keyword="TEST", programs={"TEST_HOOK_PREPARE_JOB": name})
-    handle = launcher.launch("j", sh("touch ran"), JOB_AD, MACHINE_AD, slot="s", hooks=hooks)
+    handle = launcher.launch("j", sh("touch ran"), JOB_AD, MACHINE_AD, slot="slot1", hooks=hooks)
     result = wait_result(launcher, handle)
     assert result.state == "failed"
     assert (result.hold_reason_code, result.hold_reason_subcode, result.hold_reason) == expected
@@ -106,7 +110,7 @@ def test_prepare_job_status_300_returns_the_job_to_idle(
 ) -> None:
     body = "cat >/dev/null\necho 'HookStatusCode = 300'\necho 'HookStatusMessage = \"later\"'\n"
     hooks = JobHooks(keyword="TEST", programs={"TEST_HOOK_PREPARE_JOB": hook(hooks_dir, "p", body)})
-    handle = launcher.launch("j", sh("touch ran"), JOB_AD, MACHINE_AD, slot="s", hooks=hooks)
+    handle = launcher.launch("j", sh("touch ran"), JOB_AD, MACHINE_AD, slot="slot1", hooks=hooks)
     result = wait_result(launcher, handle)
     assert result.requeue_reason == "later" and result.hold_reason is None
     assert not (handle.scratch / "ran").exists()
@@ -115,7 +119,7 @@ def test_prepare_job_status_300_returns_the_job_to_idle(
 def test_a_hung_prepare_job_is_killed_and_holds(launcher: ProcessLauncher, hooks_dir: Path) -> None:
     name = hook(hooks_dir, "prepare", "exec sleep 30\n")
     hooks = JobHooks(keyword="TEST", programs={"TEST_HOOK_PREPARE_JOB": name}, timeout=0.3)
-    handle = launcher.launch("j", sh("true"), JOB_AD, MACHINE_AD, slot="s", hooks=hooks)
+    handle = launcher.launch("j", sh("true"), JOB_AD, MACHINE_AD, slot="slot1", hooks=hooks)
     result = wait_result(launcher, handle)
     assert result.hold_reason_code == 19
     assert result.hold_reason == "TEST_HOOK_PREPARE_JOB ran longer than 0.3 s and was killed"
@@ -131,7 +135,7 @@ def test_update_job_info_runs_at_its_intervals_with_the_running_attributes(
         initial_update_interval=0.5,
         update_interval=1.0,
     )
-    handle = launcher.launch("j", sh("sleep 2.75"), JOB_AD, MACHINE_AD, slot="s", hooks=hooks)
+    handle = launcher.launch("j", sh("sleep 2.75"), JOB_AD, MACHINE_AD, slot="slot1", hooks=hooks)
     result = wait_result(launcher, handle)
     assert result.exit_code == 0
     updates = sorted(handle.scratch.glob("update-*"))
@@ -155,7 +159,7 @@ def test_job_exit_gets_the_exit_attributes(launcher: ProcessLauncher, hooks_dir:
         'echo "$1" > "$_CONDOR_SCRATCH_DIR/how"; cat > "$_CONDOR_SCRATCH_DIR/exit-ad"\n',
     )
     hooks = JobHooks(keyword="TEST", programs={"TEST_HOOK_JOB_EXIT": name})
-    handle = launcher.launch("j", sh("exit 7"), JOB_AD, MACHINE_AD, slot="s", hooks=hooks)
+    handle = launcher.launch("j", sh("exit 7"), JOB_AD, MACHINE_AD, slot="slot1", hooks=hooks)
     result = wait_result(launcher, handle)
     assert result.exit_code == 7
     # The supervisor waited for the hook before writing the result.
@@ -176,7 +180,9 @@ def test_job_exit_says_evict_when_the_agent_vacates(
         'echo "$1" > "$_CONDOR_SCRATCH_DIR/how"; cat > "$_CONDOR_SCRATCH_DIR/exit-ad"\n',
     )
     hooks = JobHooks(keyword="TEST", programs={"TEST_HOOK_JOB_EXIT": name})
-    handle = launcher.launch("j", sh("exec sleep 30"), JOB_AD, MACHINE_AD, slot="s", hooks=hooks)
+    handle = launcher.launch(
+        "j", sh("exec sleep 30"), JOB_AD, MACHINE_AD, slot="slot1", hooks=hooks
+    )
     wait_for(lambda: launcher.job_pid(handle) is not None)
     launcher.note_exit_how(handle, "remove")
     launcher.soft_kill(handle, signal.SIGTERM)
@@ -197,7 +203,7 @@ def test_a_hook_outside_the_hooks_directory_is_refused(
     program = {"outside": str(outside), "symlink": "link", "missing": "nope"}[where]
     os.symlink(outside, hooks_dir / "link")
     hooks = JobHooks(keyword="TEST", programs={"TEST_HOOK_PREPARE_JOB": program})
-    handle = launcher.launch("j", sh("touch ran"), JOB_AD, MACHINE_AD, slot="s", hooks=hooks)
+    handle = launcher.launch("j", sh("touch ran"), JOB_AD, MACHINE_AD, slot="slot1", hooks=hooks)
     result = wait_result(launcher, handle)
     assert result.state == "failed" and result.hold_reason_code == 19
     assert result.hold_reason is not None
@@ -219,7 +225,9 @@ def test_job_exit_says_evict_when_the_agent_kills_without_a_reason(
 ) -> None:
     name = hook(hooks_dir, "exit", 'echo "$1" > "$_CONDOR_SCRATCH_DIR/how"\n')
     hooks = JobHooks(keyword="TEST", programs={"TEST_HOOK_JOB_EXIT": name})
-    handle = launcher.launch("j", sh("exec sleep 30"), JOB_AD, MACHINE_AD, slot="s", hooks=hooks)
+    handle = launcher.launch(
+        "j", sh("exec sleep 30"), JOB_AD, MACHINE_AD, slot="slot1", hooks=hooks
+    )
     wait_for(lambda: launcher.job_pid(handle) is not None)
     launcher.hard_kill(handle)
     result = wait_result(launcher, handle)
@@ -243,7 +251,7 @@ def test_failed_update_job_info_and_job_exit_are_recorded_for_the_agent(
         timeout=5.0,
     )
     jobs = ProcessJobs(launcher)
-    handle = launcher.launch("j", sh("sleep 1.2"), JOB_AD, MACHINE_AD, slot="s", hooks=hooks)
+    handle = launcher.launch("j", sh("sleep 1.2"), JOB_AD, MACHINE_AD, slot="slot1", hooks=hooks)
     first: list[tuple[str, str]] = []
 
     def reported() -> bool:
@@ -271,7 +279,7 @@ def test_update_job_info_past_its_timeout_is_killed_and_recorded(
         update_interval=0.3,
         timeout=0.4,
     )
-    handle = launcher.launch("j", sh("sleep 1.2"), JOB_AD, MACHINE_AD, slot="s", hooks=hooks)
+    handle = launcher.launch("j", sh("sleep 1.2"), JOB_AD, MACHINE_AD, slot="slot1", hooks=hooks)
     assert wait_result(launcher, handle).exit_code == 0
     found = ProcessJobs(launcher).hook_failures(handle)
     assert found and all(reason == "UpdateJobInfoFailed" for reason, _ in found)

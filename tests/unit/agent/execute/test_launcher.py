@@ -10,12 +10,11 @@ import errno
 import json
 import os
 import signal
-import sys
 from pathlib import Path
 
 import apptainer_stand_in
 import pytest
-from execute_fakes import wait_for, wait_result
+from execute_fakes import job_python, wait_for, wait_result
 
 from kondor_agent.execute import records
 from kondor_agent.execute.cgroups import JobCgroups
@@ -75,7 +74,7 @@ def test_input_is_the_jobs_stdin_and_cpu_time_is_reported(
         "while time.process_time()-t<0.2: pass\nprint(sys.stdin.read().upper())"
     )
     runtime = ProcessRuntime(
-        executable=sys.executable,
+        executable=job_python(),
         arguments=["-S", "-c", busy],
         input=str(tmp_path / "in.txt"),
         output="out",
