@@ -358,18 +358,17 @@ def archive_references(archive: Path) -> list[str]:
     return references
 
 
-def import_image_command(layout: RealNodeLayout, archive: Path, reference: str) -> list[str]:
-    """`ctr images import` into the kubelet's namespace (k8s.io), keeping the archive's full
-    reference: `--base-name` is its repository, so ctr neither drops it nor renames it."""
-    repository = reference.rsplit(":", 1)[0]
-    return ctr_command(layout, "images", "import", f"--base-name={repository}", str(archive))
+def import_image_command(layout: RealNodeLayout, archive: Path) -> list[str]:
+    """`ctr images import` into the kubelet's namespace (k8s.io): containerd 1.6 names the
+    image by the archive's full reference, which `import_image` then checks it holds."""
+    return ctr_command(layout, "images", "import", str(archive))
 
 
 def import_image(layout: RealNodeLayout, archive: Path) -> list[str]:
     """Import the OCI archive into the node's containerd; returns the references it holds."""
     references = archive_references(archive)
     result = subprocess.run(
-        import_image_command(layout, archive, references[0]),
+        import_image_command(layout, archive),
         capture_output=True,
         text=True,
         check=False,

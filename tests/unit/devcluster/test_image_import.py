@@ -81,16 +81,13 @@ def test_a_file_that_is_no_oci_archive_is_refused_naming_it(tmp_path: Path) -> N
 
 
 def test_the_import_goes_to_the_kubelets_namespace_keeping_the_reference() -> None:
-    command = realnode.import_image_command(
-        LAYOUT, Path("/c/kondor-0.1.0.oci.tar"), "docker.io/library/kondor:0.1.0"
-    )
+    command = realnode.import_image_command(LAYOUT, Path("/c/kondor-0.1.0.oci.tar"))
     assert command == [
         "ctr",
         "--address=/state/realnode/containerd.sock",
         "--namespace=k8s.io",
         "images",
         "import",
-        "--base-name=docker.io/library/kondor",
         "/c/kondor-0.1.0.oci.tar",
     ]
 
