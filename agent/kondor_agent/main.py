@@ -22,6 +22,7 @@ import logging
 import os
 import signal
 import socket
+import stat
 import sys
 import threading
 import time
@@ -229,11 +230,16 @@ class _StatusFile:
 
     def __init__(self, directory: Path) -> None:
         directory.mkdir(parents=True, exist_ok=True)
+        # The agent's own: jobs (never root) may cross it to their execute directory, where
+        # it is inside, but neither list nor read it.
+        os.chmod(directory, stat.S_IMODE(directory.stat().st_mode) & ~0o066)
         self.path = directory / "status.json"
 
     def save(self, status: Mapping[str, Any]) -> None:
         temporary = self.path.with_suffix(".tmp")
-        temporary.write_text(json.dumps(status, indent=2) + "\n")
+        fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(json.dumps(status, indent=2) + "\n")
         temporary.replace(self.path)
 
 

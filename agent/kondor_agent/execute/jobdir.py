@@ -14,6 +14,10 @@ containerd's shims and slurmstepd keep theirs on disk:
         image-test.log   what `apptainer test` said before an Apptainer job
         scratch/         _CONDOR_SCRATCH_DIR: .job.ad, .machine.ad, the job's files
 
+The job directory is root's, mode 0711, as is the execute directory above it: the job's
+account (never root: `kondor_core.jobs.runas`) crosses them to its `scratch/`, which is its
+own, mode 0700, and can list neither, nor enter another job's scratch.
+
 Only `os` here: the supervisor imports this module, and every millisecond of its
 start-up is the job's launch latency.
 """

@@ -6,7 +6,10 @@ agent (as containerd's shim and slurmstepd outlive their daemons): it detaches
 leaves no zombie), moves itself into the supervisors' cgroup (out of the
 agent's, so restarting the agent's pod does not take the job with it), starts
 the job in its own process group inside the job's leaf cgroup (joined between
-fork and exec, so the job's first instruction is already contained), forwards
+fork and exec, so the job's first instruction is already contained) as the job's
+account, never root (the child drops every capability, switches uid and gid and sets
+`no_new_privs` before it opens the job's files and execs: `privileges`; the supervisor
+itself stays root, to freeze and kill the cgroup), forwards
 the signals it is sent to that group, waits, ends whatever the job left running
 in its cgroup (a daemon it double-forked into another session included, as
 HTCondor's starter does when the job exits), and writes `exit.json` atomically.
