@@ -25,6 +25,7 @@ runs no hooks.
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import os
 import signal as signals
@@ -60,9 +61,19 @@ from kondor_core.jobs.pod import (
     pod_mode,
     pod_name,
 )
+from kondor_core.jobs.podsecurity import (
+    DEFAULT_RUN_AS,
+    RESTRICTED,
+    STARTD_HELD_JOB,
+    pod_security_level,
+    violations,
+)
 from kondor_core.slots import SlotAd
 
 log = logging.getLogger("kondor_agent.pods")
+#: The API server's answers to a Pod create that hold the job rather than retry: Forbidden
+#: (Pod Security admission, a quota, RBAC) and Invalid.
+REFUSED_CREATES = (403, 422)
 
 
 @dataclass(frozen=True)
@@ -99,6 +110,8 @@ class PodLauncher:
         self.cgroup_root = cgroup_root
         self.mode = DEDICATED
         self.priority_class = HARVEST_PRIORITY_CLASS
+        #: The most a job's pod template may ask for here (the SlotPolicy's podSecurity).
+        self.pod_security = RESTRICTED
         self._pods: dict[tuple[str, str], Mapping[str, Any]] = {}
         #: Pods a restarted agent took back: `clear` leaves them running.
         self._adopted: set[tuple[str, str]] = set()
@@ -119,8 +132,10 @@ class PodLauncher:
             run.stop()
 
     def configure(self, macros: Mapping[str, str]) -> None:
-        """The node's pod mode (KONDOR_POD_MODE) and harvest PriorityClass; its job hooks."""
+        """The node's pod mode (KONDOR_POD_MODE) and harvest PriorityClass, its Pod Security
+        level (KONDOR_POD_SECURITY); its job hooks."""
         self.mode, self.priority_class = pod_mode(macros)
+        self.pod_security = pod_security_level(macros)
         self._macros = dict(macros)
 
     def launch(self, job: ExecutionJob, job_id: str, slot: SlotAd, job_ad_text: str) -> PodHandle:
@@ -134,6 +149,17 @@ class PodLauncher:
             slot.name,
             int(memory) if isinstance(memory, int | float) else 0,
         )
+        assert job.spec.pod is not None
+        level = self.pod_security
+        asked = violations(job.spec.pod.template, level)
+        if asked:  # admission allowed what some node allows; this node's SlotPolicy does not
+            self._refuse(
+                handle,
+                f"The job's pod asks for more than the SlotPolicy of {self.node} allows "
+                f"(podSecurity: {level}): " + "; ".join(found.message(level) for found in asked),
+                STARTD_HELD_JOB,
+            )
+            return handle
         try:
             pod = job_pod(
                 job,
@@ -144,26 +170,41 @@ class PodLauncher:
                 machine_ad_text=machine_ad,
                 mode=self.mode,
                 priority_class=self.priority_class,
+                run_as=DEFAULT_RUN_AS,
             )
         except AdsTooLargeError as err:
-            log.warning("pod %s/%s for %s not created: %s", namespace, handle.name, job_id, err)
-            with self._lock:
-                self._refused[(namespace, handle.name)] = Outcome(
-                    hold_reason=f"Cannot create the job's pod: {err}",
-                    hold_reason_code=FAILED_TO_CREATE_PROCESS,
-                    end_time=self.clock(),
-                )
+            self._refuse(handle, f"Cannot create the job's pod: {err}", FAILED_TO_CREATE_PROCESS)
             return handle
         slot_id = slot.attributes.get("SlotID", 1)
         hooks = pod_job_hooks(
             self._macros, int(slot_id) if isinstance(slot_id, int | float) else 1, job_ad_text
         )
         if hooks is None:
-            self._create(namespace, pod)
+            try:
+                self._create(namespace, pod)
+            except ApiException as error:
+                if error.status not in REFUSED_CREATES:
+                    raise
+                # The API server refused the Pod itself: the namespace's Pod Security
+                # admission (pod-security.kubernetes.io/enforce), a quota, an invalid spec.
+                self._refuse(
+                    handle,
+                    f"Cannot create the job's pod: {_api_message(error)}",
+                    FAILED_TO_CREATE_PROCESS,
+                )
+                return handle
             log.info("created pod %s/%s for %s", namespace, handle.name, job_id)
             return handle
         self._launch_hooked(handle, hooks, job_ad_text, pod)
         return handle
+
+    def _refuse(self, handle: PodHandle, reason: str, code: int) -> None:
+        """The job ends held with `reason` and `code`, and no Pod is created."""
+        log.warning("pod %s/%s not created: %s", handle.namespace, handle.name, reason)
+        with self._lock:
+            self._refused[(handle.namespace, handle.name)] = Outcome(
+                hold_reason=reason, hold_reason_code=code, end_time=self.clock()
+            )
 
     def _create(self, namespace: str, pod: dict[str, Any]) -> None:
         """The job's one write before its exit: its ads travel in the Pod."""
@@ -515,6 +556,15 @@ class PodLauncher:
         if options.get("watch"):
             return found
         return self.api.api_client.sanitize_for_serialization(found)  # type: ignore[no-untyped-call]
+
+
+def _api_message(error: ApiException) -> str:
+    """The API server's own message of a refusal (its Status), else the reason."""
+    with contextlib.suppress(ValueError, TypeError, AttributeError):
+        message = json.loads(error.body or "").get("message")
+        if message:
+            return str(message)
+    return f"{error.status} {error.reason}"
 
 
 def _key(pod: Mapping[str, Any]) -> tuple[str, str]:

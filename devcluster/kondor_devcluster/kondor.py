@@ -37,6 +37,14 @@ def agent_state_dir(layout: Layout, node: str) -> Path:
     return layout.state_dir / "agents" / node
 
 
+def hooks_dir(layout: Layout) -> Path:
+    """`<state>/hooks`: the one hooks directory of every agent of the cluster, and the one
+    the operator's SlotPolicy admission checks hook paths in (as the chart mounts the
+    agents' directory, the same on every node, into the operator), so a symlink out of it
+    is refused at `kubectl apply`, not found when the hook would run."""
+    return layout.state_dir / "hooks"
+
+
 def operator_available() -> str | None:
     """None when `kondor_operator.main` can be run; otherwise why not."""
     try:
@@ -62,9 +70,9 @@ def operator_env(layout: Layout, metrics_port: int, webhook_port: int) -> dict[s
         "KONDOR_METRICS_PORT": str(metrics_port),
         "KONDOR_METRICS_ADDR": "127.0.0.1",
         "KONDOR_WEBHOOK_PORT": str(webhook_port),
-        # SlotPolicy admission checks hook programs here, symlinks resolved (the agents run
-        # them from their own <state>/agents/<node>/hooks).
-        "KONDOR_HOOKS_DIR": str(layout.state_dir / "hooks"),
+        # SlotPolicy admission checks hook programs, symlinks resolved, in the directory
+        # every agent runs them from.
+        "KONDOR_HOOKS_DIR": str(hooks_dir(layout)),
     }
 
 
@@ -102,8 +110,8 @@ def agent_args(
         str(agent_state_dir(layout, node) / "execute"),
         "--cgroup-root",
         agent_cgroup_root(layout, node),
-        # Startd cron and job hooks run from this node's own hooks directory (tests put
-        # their scripts there), not the host's /etc/kondor/hooks.
+        # Startd cron and job hooks run from the cluster's hooks directory (tests put their
+        # scripts there), not the host's /etc/kondor/hooks.
         "--hooks-dir",
-        str(agent_state_dir(layout, node) / "hooks"),
+        str(hooks_dir(layout)),
     ]

@@ -21,6 +21,7 @@ import asyncio
 import logging
 import os
 import threading
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import kopf
@@ -30,6 +31,7 @@ from kondor_core.fleet import NodeFacts, ObservedPolicy, admission_message, chec
 from kondor_operator.nodewatch import NodeChanges, NodeSource, NodeWatch
 from kondor_operator.reconciler import ExecutionPointEntries, Reconciler, slot_policy_entry
 from kondor_operator.webhook import (
+    PodSecurityCeiling,
     Reviewers,
     hook_checks,
     register_cod_admission,
@@ -54,6 +56,7 @@ def register(
     webhook: bool = True,
     webhook_fails_closed: bool = False,
     reviewers: Reviewers | None = None,
+    slot_policies: Callable[[], Sequence[Mapping[str, Any]]] | None = None,
 ) -> None:
     """Register the operator's handlers on `registry`.
 
@@ -64,6 +67,8 @@ def register(
     write while the operator is down; Ignore (the default) admits them, and the reconciler
     reports an invalid one in its status and leaves its ExecutionPoints as they were.
     The ExecutionJob and CodClaim webhooks go into `reviewers` too: the server answers them.
+    `slot_policies` lists the cluster's SlotPolicies: a pod job may ask for what the most
+    permissive of them allows (`PodSecurityCeiling`); without it, Pod Security restricted.
     """
     tasks: list[asyncio.Task[None]] = []
     stop_watch = threading.Event()
@@ -133,7 +138,13 @@ def register(
             if not checked.valid:
                 raise kopf.AdmissionError(admission_message(name or "", checked), code=422)
 
-        for register_admission in (register_job_admission, register_cod_admission):
-            register_admission(
-                registry, reviewers, connection=connection, fails_closed=webhook_fails_closed
-            )
+        register_job_admission(
+            registry,
+            reviewers,
+            connection=connection,
+            fails_closed=webhook_fails_closed,
+            pod_security=PodSecurityCeiling(slot_policies) if slot_policies else None,
+        )
+        register_cod_admission(
+            registry, reviewers, connection=connection, fails_closed=webhook_fails_closed
+        )

@@ -436,6 +436,12 @@ class Kube:
             EXECUTION_POINTS_PATH, "application/json", resource_version, timeout_seconds
         )
 
+    # ---- SlotPolicies, whole (a handful) ---------------------------------------------------
+
+    def list_slot_policies(self) -> list[dict[str, Any]]:
+        """Every SlotPolicy (what pod jobs may ask for at admission: `PodSecurityCeiling`)."""
+        return self._list(f"/apis/{GROUP}/{VERSION}/{SLOT_POLICIES}", "application/json")[0]
+
     # ---- ExecutionJobs, whole, in every namespace ----------------------------------------
 
     def list_execution_jobs(self) -> tuple[list[dict[str, Any]], str]:

@@ -375,6 +375,7 @@ async def run(options: Options) -> int:
         webhook=options.webhook is not None,
         webhook_fails_closed=options.webhook_failure_policy == "Fail",
         reviewers=reviewers,
+        slot_policies=kube.list_slot_policies,
     )
     negotiator.register(registry, schedd, queue, points)
     defragger = defrag.Defrag(schedd, Kube(api_client, instance=options.identity, pacer=pacer))

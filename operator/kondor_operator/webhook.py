@@ -32,10 +32,12 @@ import binascii
 import datetime
 import ipaddress
 import json
+import logging
 import os
 import re
 import tempfile
-from collections.abc import AsyncIterator, Callable, Mapping, MutableMapping
+import time
+from collections.abc import AsyncIterator, Callable, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -50,7 +52,10 @@ from cryptography.x509.oid import NameOID
 from kondor_core.api import COD_CLAIMS, EXECUTION_JOBS, GROUP, VERSION
 from kondor_core.inputs import LIMITS
 from kondor_core.jobs import Admission, Delegates, Requester, admit_job
+from kondor_core.jobs.podsecurity import RESTRICTED, cluster_ceiling, spec_level
 from kondor_core.startd.codadmission import admit_cod_claim
+
+logger = logging.getLogger(__name__)
 
 #: The ExecutionJob admission handlers' ids: kopf serves each at `/<id>` and names its
 #: webhook `<id>.<configuration name>`; the chart's configurations use the same.
@@ -338,12 +343,14 @@ def register_job_admission(
     *,
     connection: kopf.ConnectionInfo | None = None,
     fails_closed: bool = False,
+    pod_security: Callable[[], str] | None = None,
 ) -> None:
     """Register the ExecutionJob mutating (CREATE: the owner set, an invalid job refused) and
     validating (UPDATE, DELETE) webhooks. A new job is checked by the mutating one, so a
     submission costs one webhook call (issue 16). The operator's own user (from
     `connection`) may act for others, as cluster admins and Kubernetes' controllers may
-    (`kondor_core.jobs.Delegates`).
+    (`kondor_core.jobs.Delegates`). A new pod job may ask for no more than `pod_security()`
+    (a `PodSecurityCeiling`; without one, Pod Security `restricted`), asked only for pod jobs.
 
     `fails_closed` is the webhooks' failurePolicy. Ignore admits every job while the operator
     is down, owner included: a cluster that relies on `spec.owner` should choose Fail.
@@ -351,11 +358,58 @@ def register_job_admission(
     delegates = Delegates().with_users(operator_user(connection))
 
     def admit(operation: str, requester: Requester, new: Any, old: Any) -> Admission:
-        return admit_job(operation, requester, new, old, delegates=delegates)
+        level = RESTRICTED
+        if pod_security is not None and operation == "CREATE" and _is_pod_job(new):
+            level = pod_security()
+        return admit_job(operation, requester, new, old, delegates=delegates, pod_security=level)
 
     declare = _declarer(registry, reviewers, EXECUTION_JOBS, fails_closed)
     declare(MUTATE_JOB_ID, ["CREATE"], Reviewer(admit, mutating=True))
     declare(VALIDATE_JOB_ID, ["UPDATE", "DELETE"], Reviewer(admit, mutating=False))
+
+
+def _is_pod_job(job: Any) -> bool:
+    spec = job.get("spec") if isinstance(job, Mapping) else None
+    return isinstance(spec, Mapping) and spec.get("pod") is not None
+
+
+class PodSecurityCeiling:
+    """The most any SlotPolicy of the cluster lets a pod job ask for: what admission allows
+    a job that has no node yet (`kondor_core.jobs.podsecurity.cluster_ceiling`; the node's
+    agent checks again against its own SlotPolicy). Read from the API server (`list_policies`)
+    at most once every `ttl` seconds and only for pod jobs, in whichever replica answers, so
+    a SlotPolicy applied a moment ago counts within `ttl`; when the listing fails, the last
+    level read (restricted before any), so an outage never allows more."""
+
+    def __init__(
+        self,
+        list_policies: Callable[[], Sequence[Mapping[str, Any]]],
+        *,
+        ttl: float = 5.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.list_policies = list_policies
+        self.ttl = ttl
+        self.clock = clock
+        self._level: str | None = None
+        self._read_at = 0.0
+
+    def __call__(self) -> str:
+        now = self.clock()
+        if self._level is not None and now - self._read_at < self.ttl:
+            return self._level
+        try:
+            policies = self.list_policies()
+        except Exception as error:  # the API server's or the network's: keep the last level
+            logger.warning("cannot list SlotPolicies for pod jobs' Pod Security: %s", error)
+            return self._level or RESTRICTED
+        self._level = cluster_ceiling(
+            spec_level(spec)
+            for policy in policies
+            if isinstance(spec := policy.get("spec"), Mapping)
+        )
+        self._read_at = now
+        return self._level
 
 
 def register_cod_admission(

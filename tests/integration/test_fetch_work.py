@@ -23,6 +23,8 @@ import pytest
 import yaml
 
 from kondor_core.classads import parse_ad
+from kondor_devcluster import kondor
+from kondor_devcluster.components import Layout
 
 from .conftest import skip_reason
 from .test_jobs_end_to_end import Cluster, eventually, job_cluster, slot_policy
@@ -182,7 +184,7 @@ def fetching(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FetchCluster]
         "QUEUE_HOOK_REPLY_FETCH = reply.sh\nQUEUE_HOOK_EVICT_CLAIM = evict.sh\n"
         "QUEUE_HOOK_JOB_EXIT = exit.sh\n"
     )
-    hooks = tmp / "state" / "agents" / EXEC_NODE / "hooks"
+    hooks = kondor.hooks_dir(Layout(tmp / "state"))
     (hooks / "queue").mkdir(parents=True)
     for name, text in EXEC_HOOKS.items():
         (hooks / name).write_text(text)
@@ -297,7 +299,8 @@ def test_a_bad_hook_is_refused_at_apply_naming_the_knob(
     fetching: FetchCluster, case: str, line: str, knob: str
 ) -> None:
     if case == "symlink":  # a name inside the hooks directory, a file outside it
-        hooks, outside = fetching.state / "hooks", fetching.state / "outside"
+        # The agents' hooks directory, which the operator checks too (kondor.hooks_dir).
+        hooks, outside = kondor.hooks_dir(Layout(fetching.state)), fetching.state / "outside"
         hooks.mkdir(exist_ok=True)
         outside.mkdir(exist_ok=True)
         (outside / "evict.sh").write_text("#!/bin/sh\n")

@@ -1,7 +1,7 @@
 """Job hooks on the dev cluster (the reference's "Job Hooks That Modify and Monitor
 Execution"): a SlotPolicy names PREPARE_JOB, UPDATE_JOB_INFO and JOB_EXIT under a keyword,
 jobs choose it with their HookKeyword, and the node's agent runs the scripts from its hooks
-directory (`--hooks-dir`, `<state>/agents/<node>/hooks` on the dev cluster)."""
+directory (`--hooks-dir`, `<state>/hooks` for every agent of the dev cluster)."""
 
 from __future__ import annotations
 
@@ -13,6 +13,8 @@ from typing import Any
 import pytest
 
 from kondor_core.classads import parse_ad
+from kondor_devcluster import kondor
+from kondor_devcluster.components import Layout
 
 from .conftest import MACHINES, skip_reason
 from .test_jobs_end_to_end import Cluster, eventually, job_cluster, process_job, slot_policy
@@ -60,7 +62,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     if reason:
         pytest.skip(reason)
     tmp = tmp_path_factory.mktemp("hooks")
-    hooks = tmp / "state" / "agents" / NODE / "hooks"
+    hooks = kondor.hooks_dir(Layout(tmp / "state"))
     hooks.mkdir(parents=True)
     for name, text in (("prepare.sh", PREPARE), ("update.sh", UPDATE), ("exit.sh", EXIT)):
         (hooks / name).write_text(text)

@@ -1,7 +1,7 @@
 """Job hooks around `pod` jobs on the dev cluster's kwok node, and a deferred job's start.
 
 A SlotPolicy names PREPARE_JOB, UPDATE_JOB_INFO and JOB_EXIT under a keyword; the node's agent
-runs them from its hooks directory (`<state>/agents/<node>/hooks`) around the job's Pod, off
+runs them from the hooks directory (`<state>/hooks`, every agent's) around the job's Pod, off
 its loop (kwok "runs" the pod to its `kondor.io/sim-exit-code` annotation). The policy leaves
 POLLING_INTERVAL at HTCondor's 5 s, so a deferred job that starts on time shows that the agent
 wakes at its DeferralTime rather than at the next polling tick.
@@ -18,6 +18,8 @@ from typing import Any
 import pytest
 
 from kondor_core.classads import parse_ad
+from kondor_devcluster import kondor
+from kondor_devcluster.components import Layout
 
 from .conftest import MACHINES, skip_reason
 from .test_jobs_end_to_end import Cluster, eventually, job_cluster, process_job, slot_policy
@@ -75,7 +77,7 @@ def cluster(hooks_dir: Path) -> Iterator[Cluster]:
     reason = skip_reason()
     if reason:
         pytest.skip(reason)
-    hooks = hooks_dir / "state" / "agents" / NODE / "hooks"
+    hooks = _hooks(hooks_dir)
     hooks.mkdir(parents=True)
     for name, text in (("prepare.sh", PREPARE), ("update.sh", UPDATE), ("exit.sh", EXIT)):
         (hooks / name).write_text(text)
@@ -86,7 +88,7 @@ def cluster(hooks_dir: Path) -> Iterator[Cluster]:
 
 
 def _hooks(root: Path) -> Path:
-    return root / "state" / "agents" / NODE / "hooks"
+    return kondor.hooks_dir(Layout(root / "state"))
 
 
 def pod_job(name: str, *, exit_code: int, duration: str, **attributes: str) -> dict[str, Any]:

@@ -122,6 +122,9 @@ def _check_slot_key(key: str) -> str:
 
 #: How pod jobs are sized: `SlotPolicySpec.pod_mode`, the KONDOR_POD_MODE knob.
 POD_MODES = ("dedicated", "harvest")
+#: The Pod Security Standards levels, strictest first: `SlotPolicySpec.pod_security`, the
+#: KONDOR_POD_SECURITY knob (kondor_core.jobs.podsecurity).
+POD_SECURITY_LEVELS = ("restricted", "baseline", "privileged")
 
 
 class UserAccount(Model):
@@ -201,6 +204,15 @@ class SlotPolicySpec(Model):
         description="How pod jobs are sized (KONDOR_POD_MODE): dedicated (requests = limits = "
         "the slot, Guaranteed QoS; the default) or harvest (minimal requests, limits = the "
         "slot, a low PriorityClass: the owner's pods are admitted and job pods evicted first)",
+    )
+    pod_security: Literal["restricted", "baseline", "privileged"] | None = Field(
+        default=None,
+        description="The most a pod job's template may ask for on these nodes, as a Pod "
+        "Security Standards level (KONDOR_POD_SECURITY): restricted (the default), baseline "
+        "or privileged. A template asking for more is held at the node; one that no "
+        "SlotPolicy allows is refused at submission. Whatever the level, a job pod runs "
+        "as non-root, without privilege escalation, with all capabilities dropped and seccomp "
+        "RuntimeDefault unless its template asks otherwise",
     )
     drain_on_cordon: bool = Field(
         default=False,

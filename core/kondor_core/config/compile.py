@@ -23,6 +23,7 @@ from typing import Any
 
 from kondor_core.api.slotpolicy import (
     POD_MODES,
+    POD_SECURITY_LEVELS,
     POLICY_EXPRESSIONS,
     CronJobSpec,
     SlotPolicySpec,
@@ -1037,6 +1038,14 @@ class _Compiler:
         if mode is not None and mode.strip().lower() not in POD_MODES:
             self.problems.append(
                 f"KONDOR_POD_MODE = {mode}: expected one of {', '.join(POD_MODES)}"
+            )
+        if self.spec.pod_security is not None:  # likewise the Pod Security level
+            macros["KONDOR_POD_SECURITY"] = self.spec.pod_security
+        level = macros.get("KONDOR_POD_SECURITY")
+        if level is not None and level.strip().lower() not in POD_SECURITY_LEVELS:
+            self.problems.append(
+                f"KONDOR_POD_SECURITY = {level}: expected one of "
+                f"{', '.join(POD_SECURITY_LEVELS)} (the Pod Security Standards levels)"
             )
         return macros
 

@@ -60,6 +60,8 @@ STARTD_KNOBS: Mapping[str, str] = {
         # How pod jobs are sized and prioritised (kondor_core.jobs.pod).
         "KONDOR_POD_MODE",
         "KONDOR_HARVEST_PRIORITY_CLASS",
+        # The most a pod job's template may ask for (kondor_core.jobs.podsecurity).
+        "KONDOR_POD_SECURITY",
         # How an Apptainer job's command line is built ("Apptainer and Singularity Support";
         # kondor_core.jobs.apptainer reads them).
         "SINGULARITY",

@@ -24,6 +24,7 @@ from kondor_core.api.manifest import describe_errors
 from kondor_core.errors import KondorError
 from kondor_core.inputs import InputError, check_document
 from kondor_core.jobs.ad import job_ad
+from kondor_core.jobs.podsecurity import RESTRICTED, violations
 
 #: The operations an admission request names (CONNECT never reaches an ExecutionJob).
 Operation = Literal["CREATE", "UPDATE", "DELETE", "CONNECT"]
@@ -119,12 +120,16 @@ def admit_job(
     old: Mapping[str, Any] | None,
     *,
     delegates: Delegates | None = None,
+    pod_security: str = RESTRICTED,
 ) -> Admission:
     """Admit one ExecutionJob request.
 
-    * CREATE: the job must be valid (`job_problems`); its owner is the requester, whatever
-      `spec.owner` says, unless the requester is a delegate who names an owner. The patch
-      sets `spec.owner` (the operator's mutating webhook applies it, or refuses the job).
+    * CREATE: the job must be valid (`job_problems`), and a pod job's Pod may ask for no
+      more than `pod_security`, the most any SlotPolicy of the cluster allows (the job has
+      no node yet; its node's agent checks again against its own: `pod_security_problems`);
+      its owner is the requester, whatever `spec.owner` says, unless the requester is a
+      delegate who names an owner. The patch sets `spec.owner` (the operator's mutating
+      webhook applies it, or refuses the job).
     * UPDATE: only the owner or a delegate; the owner, the requests and the runtime stay as
       submitted; a changed spec must still be valid. `hold`, `remove`, `priority` and the
       rest may change.
@@ -144,7 +149,7 @@ def admit_job(
         patch: dict[str, Any] = {}
         if not (acting_for_others and owner) and owner != requester.name:
             patch = {"spec": {"owner": requester.name}}
-        problems = job_problems(job)
+        problems = job_problems(job) or pod_security_problems(job, pod_security)
         return Admission(patch, _refusal(job, problems) if problems else None)
     if operation in ("UPDATE", "DELETE"):
         job = old or new or {}
@@ -188,6 +193,18 @@ def job_problems(job: Mapping[str, Any]) -> list[str]:
     except KondorError as error:
         return [f"spec.{error}"]
     return []
+
+
+def pod_security_problems(job: Mapping[str, Any], level: str) -> list[str]:
+    """What a pod job's Pod (its template, hardened: `podsecurity.harden`) asks for beyond
+    the Pod Security `level`, one line per field; [] for other runtimes. Checked at
+    submission only: the runtime cannot change afterwards, and a job already queued is
+    not refused its later edits (a hold, a priority) because the cluster's policies did."""
+    pod = _spec(job).get("pod")
+    template = pod.get("template") if isinstance(pod, Mapping) else None
+    if not isinstance(template, Mapping):
+        return []
+    return [found.message(level) for found in violations(template, level)]
 
 
 def change_problems(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[str]:

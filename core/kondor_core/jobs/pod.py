@@ -15,9 +15,11 @@ Job pods have no probes: the job's exit is its health. The job and machine ads t
 the Pod itself, as its annotations `kondor.io/job-ad` and `kondor.io/machine-ad`, and a
 downwardAPI volume mounts them at /etc/kondor/.job.ad and /etc/kondor/.machine.ad, where
 `_CONDOR_JOB_AD` and `_CONDOR_MACHINE_AD` point; `_CONDOR_SLOT` names the slot, as HTCondor's
-starter sets them. One object per job, so one create. The API server refuses a Pod whose
-annotations (keys and values, in bytes) pass 256 KiB, so a job whose ads would not fit is
-refused here (`AdsTooLargeError`, naming the sizes), never truncated.
+starter sets them. Its security context is Pod Security `restricted` wherever the template
+says nothing (`kondor_core.jobs.podsecurity`). One object per job, so one create. The API
+server refuses a Pod whose annotations (keys and values, in bytes) pass 256 KiB, so a job
+whose ads would not fit is refused here (`AdsTooLargeError`, naming the sizes), never
+truncated.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from kondor_core.api import EXECUTION_POINT_LABEL, ExecutionJob
+from kondor_core.jobs.podsecurity import DEFAULT_RUN_AS, harden
 
 #: Labels of a job's pod: the job's name and the claim it runs on.
 JOB_LABEL = "kondor.io/job"
@@ -113,9 +116,13 @@ def job_pod(
     machine_ad_text: str,
     mode: str = DEDICATED,
     priority_class: str = HARVEST_PRIORITY_CLASS,
+    run_as: tuple[int, int] = DEFAULT_RUN_AS,
 ) -> dict[str, Any]:
     """The Pod for `job` on `node`'s slot whose published ad is `slot`, sized by `mode`,
-    carrying the job's ads. Raises `AdsTooLargeError` when they do not fit."""
+    carrying the job's ads, hardened to Pod Security `restricted` where its template says
+    nothing (`podsecurity.harden`: non-root as `run_as`, the uid and gid, no privilege
+    escalation, no capabilities, seccomp RuntimeDefault). Raises `AdsTooLargeError` when the
+    ads do not fit."""
     assert job.spec.pod is not None
     template = copy.deepcopy(job.spec.pod.template)
     spec: dict[str, Any] = dict(template.get("spec") or {})
@@ -160,7 +167,7 @@ def job_pod(
             _ad_item(MACHINE_AD_FILE, MACHINE_AD_ANNOTATION),
         ]}},
     ]  # fmt: skip
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": spec}
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": harden(spec, run_as)}
 
 
 def with_job_ad(pod: Mapping[str, Any], job_ad_text: str) -> dict[str, Any]:

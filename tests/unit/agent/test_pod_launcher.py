@@ -5,6 +5,7 @@ layout with a real process's pid in it; the API is a fake that records deletions
 
 from __future__ import annotations
 
+import json
 import signal
 import subprocess
 import sys
@@ -487,3 +488,97 @@ def test_the_exit_status_of_a_pod_job(
     expected: tuple[int | None, int | None],
 ) -> None:
     assert exit_status(Outcome(exit_code=code), terminated, killed_by) == expected
+
+
+# --- Pod Security: the node's SlotPolicy level, and the hardened pod -----------------------
+
+
+def _pod_job(**security: Any) -> ExecutionJob:
+    container: dict[str, Any] = {"name": "main", "image": "busybox"}
+    if security:
+        container["securityContext"] = security
+    return ExecutionJob.model_validate(
+        {
+            "metadata": {"name": "secure", "namespace": "default", "uid": "u-2"},
+            "spec": {"pod": {"template": {"spec": {"containers": [container]}}}},
+            "status": {"claimId": "c#2"},
+        }
+    )
+
+
+def test_a_job_pod_runs_non_root_without_capabilities_or_escalation(tmp_path: Path) -> None:
+    pods, core, _ = hooked(tmp_path)
+    pods.configure({})
+    pods.launch(_pod_job(), "default/secure", SLOT, HOOKED_AD)
+    [(_, pod)] = core.created
+    assert pod["spec"]["securityContext"] == {
+        "seccompProfile": {"type": "RuntimeDefault"},
+        "runAsNonRoot": True,
+        "runAsUser": 65534,
+        "runAsGroup": 65534,
+    }
+    assert pod["spec"]["containers"][0]["securityContext"] == {
+        "allowPrivilegeEscalation": False,
+        "capabilities": {"drop": ["ALL"]},
+    }
+
+
+@pytest.mark.parametrize(
+    ("level", "security", "field", "needs"),
+    [
+        ("restricted", {"privileged": True}, "securityContext.privileged", "privileged"),
+        ("baseline", {"privileged": True}, "securityContext.privileged", "privileged"),
+        ("restricted", {"runAsUser": 0}, "securityContext.runAsUser", "baseline"),
+    ],
+)
+def test_a_pod_asking_for_more_than_this_nodes_policy_is_held_and_never_created(
+    tmp_path: Path, level: str, security: dict[str, Any], field: str, needs: str
+) -> None:
+    pods, core, _ = hooked(tmp_path)
+    pods.configure({"KONDOR_POD_SECURITY": level})
+    handle = pods.launch(_pod_job(**security), "default/secure", SLOT, HOOKED_AD)
+    assert core.created == []
+    outcome = pods.poll(handle)
+    assert outcome is not None and pods.ended(handle)
+    assert outcome.hold_reason_code == 21  # StartdHeldJob: the machine's policy held it
+    reason = outcome.hold_reason or ""
+    assert reason.startswith(
+        f"The job's pod asks for more than the SlotPolicy of n0 allows (podSecurity: {level}): "
+        f"spec.pod.template.spec.containers[0].{field}: "
+    )
+    assert f"it needs a SlotPolicy with podSecurity: {needs}" in reason
+    pods.remove(handle)
+    assert core.deleted == []
+
+
+def test_a_pod_the_nodes_policy_allows_is_created_as_asked(tmp_path: Path) -> None:
+    pods, core, _ = hooked(tmp_path)
+    pods.configure({"KONDOR_POD_SECURITY": "privileged"})
+    pods.launch(_pod_job(privileged=True), "default/secure", SLOT, HOOKED_AD)
+    [(_, pod)] = core.created
+    context = pod["spec"]["containers"][0]["securityContext"]
+    assert context == {"privileged": True, "capabilities": {"drop": ["ALL"]}}
+
+
+class RefusingCreates(FakeCreates):
+    def create_namespaced_pod(self, namespace: str, body: dict[str, Any]) -> None:
+        error = ApiException(status=403, reason="Forbidden")
+        error.body = json.dumps({
+            "kind": "Status",
+            "message": 'pods "secure-x" is forbidden: violates PodSecurity "restricted:latest": '
+            "seccompProfile (pod or container \"main\" must set securityContext.seccompProfile"
+            '.type to "RuntimeDefault" or "Localhost")',
+        })  # fmt: skip
+        raise error
+
+
+def test_a_pod_the_api_server_refuses_holds_the_job_with_its_message(tmp_path: Path) -> None:
+    pods, _, _ = hooked(tmp_path)
+    pods.configure({})
+    pods.core = RefusingCreates()  # type: ignore[assignment]
+    handle = pods.launch(_pod_job(), "default/secure", SLOT, HOOKED_AD)
+    outcome = pods.poll(handle)
+    assert outcome is not None and outcome.hold_reason_code == 6
+    assert (outcome.hold_reason or "").startswith(
+        'Cannot create the job\'s pod: pods "secure-x" is forbidden: violates PodSecurity'
+    )

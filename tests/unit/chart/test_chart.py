@@ -158,6 +158,14 @@ def test_operator_checks_hook_paths_in_the_agents_hooks_directory(
     assert volumes["hooks"]["hostPath"]["path"] == agent_volumes["hooks"]["hostPath"]["path"]
     # A host directory of the admin's choosing, for both; off: no mount, lexical checks only.
     moved = render(helm, "--set", "agent.hostPaths.hooksDir=/srv/hooks", crds=False)
+    # ... at the same path in both, where the agent reads it (its default --hooks-dir, as
+    # the agent's own test below shows), so symlinks resolve alike in the two containers.
+    agent_container = next(c for c in agent["containers"] if c["name"] == "agent")
+    agent_mount = next(m for m in agent_container["volumeMounts"] if m["name"] == "hooks")
+    assert agent_mount["mountPath"] == checks["hooks_dir"]
+    env_vars = {e["name"]: "node-1" for e in agent_container["env"]}
+    parsed = build_parser().parse_args(substitute(agent_container["args"], env_vars))
+    assert str(parsed.hooks_dir) == checks["hooks_dir"]
     pod = find(moved, "Deployment", OPERATOR)["spec"]["template"]["spec"]
     assert {v["name"]: v for v in pod["volumes"]}["hooks"]["hostPath"]["path"] == "/srv/hooks"
     off = render(helm, "--set", "operator.mountHooksDir=false", crds=False)

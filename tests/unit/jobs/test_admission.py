@@ -475,3 +475,57 @@ def test_deleting_an_invalid_job_is_allowed_to_its_owner() -> None:
 
 def test_connect_is_not_judged() -> None:
     assert admit("CONNECT", BOB, None, stored()) == Admission()
+
+
+# --- CREATE: Pod Security ----------------------------------------------------------------------
+
+
+def pod_asking(**security: Any) -> dict[str, Any]:
+    container = {"name": "main", "image": "busybox", "securityContext": security}
+    return {"template": {"spec": {"containers": [container]}}}
+
+
+@pytest.mark.parametrize(
+    ("security", "ceiling", "refused_field"),
+    [
+        ({}, "restricted", None),  # nothing asked: hardened to restricted, admitted
+        ({"runAsUser": 1000}, "restricted", None),
+        ({"privileged": True}, "restricted", "securityContext.privileged"),
+        ({"privileged": True}, "baseline", "securityContext.privileged"),
+        ({"privileged": True}, "privileged", None),  # some SlotPolicy allows it
+        ({"runAsUser": 0}, "restricted", "securityContext.runAsUser"),
+        ({"runAsUser": 0}, "baseline", None),
+        (
+            {"capabilities": {"add": ["NET_ADMIN"]}},
+            "baseline",
+            "securityContext.capabilities.add[0]",
+        ),
+    ],
+)
+def test_a_pod_asking_for_more_than_any_slot_policy_allows_is_refused(
+    security: dict[str, Any], ceiling: str, refused_field: str | None
+) -> None:
+    submitted = job(pod=pod_asking(**security))
+    admission = admit_job("CREATE", ALICE, submitted, None, pod_security=ceiling)
+    if refused_field is None:
+        assert admission.allowed, admission.refusal
+        return
+    assert admission.refusal is not None and not admission.forbidden
+    field = f"spec.pod.template.spec.containers[0].{refused_field}"
+    assert admission.refusal.startswith("ExecutionJob default/hello has ")
+    assert f"problem: {field}: " in admission.refusal or f"problems: {field}: " in admission.refusal
+    assert f"not allowed by Pod Security {ceiling!r}" in admission.refusal
+
+
+def test_pod_security_is_restricted_unless_told_and_checked_at_creation_only() -> None:
+    submitted = job(owner="alice", pod=pod_asking(privileged=True))
+    refused = admit("CREATE", ALICE, submitted, None)
+    assert refused.refusal is not None
+    assert "securityContext.privileged: true is not allowed by Pod Security 'restricted'" in (
+        refused.refusal
+    )
+    assert "it needs a SlotPolicy with podSecurity: privileged" in refused.refusal
+    # Queued when a SlotPolicy allowed it: later edits are not refused for it.
+    assert admit("UPDATE", ALICE, changed(submitted, hold=True), submitted).allowed
+    # A process job has no pod to check.
+    assert admit_job("CREATE", ALICE, job(process=PROCESS), None, pod_security="restricted").allowed

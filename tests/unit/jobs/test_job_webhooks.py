@@ -290,3 +290,75 @@ def test_the_operators_user_from_its_certificate(tmp_path: Path) -> None:
     assert operator_user(kopf.ConnectionInfo(server="https://x")) is None
     missing = kopf.ConnectionInfo(server="https://x", certificate_path=str(tmp_path / "none"))
     assert webhook.operator_user(missing) is None
+
+
+# --- Pod Security: what the cluster's SlotPolicies allow a new pod job ----------------------
+
+PRIVILEGED_POD = {
+    "template": {
+        "spec": {
+            "containers": [
+                {"name": "main", "image": "busybox", "securityContext": {"privileged": True}}
+            ]
+        }
+    }
+}
+
+
+def _policy(**spec: Any) -> dict[str, Any]:
+    return {"metadata": {"name": "p"}, "spec": spec}
+
+
+def test_a_pod_job_may_ask_for_what_some_slot_policy_allows() -> None:
+    now = [0.0]
+    listed: list[list[dict[str, Any]]] = [[_policy(podSecurity="baseline")]]
+    calls: list[int] = []
+
+    def policies() -> list[dict[str, Any]]:
+        calls.append(1)
+        return listed[-1]
+
+    ceiling = webhook.PodSecurityCeiling(policies, ttl=5.0, clock=lambda: now[0])
+    reviewers: dict[str, webhook.Reviewer] = {}
+    register_job_admission(kopf.OperatorRegistry(), reviewers, pod_security=ceiling)
+    review = _review("CREATE", ALICE, _job(pod=PRIVILEGED_POD))
+    refused = reviewers[MUTATE_JOB_ID].answer(review)["response"]
+    assert refused["allowed"] is False and refused["status"]["code"] == 422
+    message = refused["status"]["message"]
+    assert (
+        "spec.pod.template.spec.containers[0].securityContext.privileged: true is not allowed "
+        "by Pod Security 'baseline'"
+    ) in message
+    # An admin allows it on some nodes: admitted once the ceiling is read again.
+    listed.append(
+        [_policy(podSecurity="baseline"), _policy(condorConfig="KONDOR_POD_SECURITY = privileged")]
+    )
+    assert reviewers[MUTATE_JOB_ID].answer(review)["response"]["allowed"] is False  # cached
+    now[0] = 6.0
+    assert reviewers[MUTATE_JOB_ID].answer(review)["response"]["allowed"] is True
+    # Process jobs never list the SlotPolicies.
+    before = len(calls)
+    now[0] = 60.0
+    process = reviewers[MUTATE_JOB_ID].answer(_review("CREATE", ALICE, _job(process=PROCESS)))
+    assert process["response"]["allowed"] is True and len(calls) == before
+
+
+def test_a_failed_listing_keeps_the_last_level_and_restricted_before_any() -> None:
+    now = [0.0]
+    answers: list[Any] = [RuntimeError("connection refused")]
+
+    def policies() -> list[dict[str, Any]]:
+        answer = answers[-1]
+        if isinstance(answer, Exception):
+            raise answer
+        return list(answer)
+
+    ceiling = webhook.PodSecurityCeiling(policies, ttl=1.0, clock=lambda: now[0])
+    assert ceiling() == "restricted"
+    answers.append([_policy(podSecurity="privileged")])
+    assert ceiling() == "privileged"
+    answers.append(RuntimeError("gone"))
+    now[0] = 5.0
+    assert ceiling() == "privileged"
+    answers.append([])
+    assert ceiling() == "restricted"  # no SlotPolicy at all: restricted
