@@ -2,7 +2,14 @@
 
 The Pod, carrying the job's ads in its annotations, comes from `kondor_core.jobs.pod`: one
 create per job. A job whose ads do not fit in a Pod's annotations (256 KiB) is held at once
-(HoldReasonCode 6) with a reason naming the sizes, and no Pod is created. The node's job
+(HoldReasonCode 6) with a reason naming the sizes, and no Pod is created. Likewise a template
+asking for more than this node's SlotPolicy allows (its podSecurity level, Pod Security
+`restricted` unless it says more: `kondor_core.jobs.podsecurity`) is held with HoldReasonCode
+21 (StartdHeldJob) naming the field, and a Pod the API server refuses (a namespace's own Pod
+Security admission, a quota) with code 6 and the API server's message. Every job pod runs
+hardened where its template is silent: as the account a process job in its slot would run as
+(`kondor_core.jobs.runas`: the owner's mapped uid, else the slot's user; never root), with no
+privilege escalation, no capabilities and seccomp RuntimeDefault. The node's job
 pods are followed through one watch (pods labelled with the node), so looking for their end
 between polling ticks costs the API server nothing. On the dev cluster's kwok nodes, kwok
 runs the pod to its annotated exit code (a simulation of the kubelet: devcluster/README.md).
@@ -25,9 +32,11 @@ runs no hooks.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import logging
 import os
+import pwd
 import signal as signals
 import threading
 import time
@@ -51,7 +60,9 @@ from kondor_agent.podhooks import (
     resolve_programs,
 )
 from kondor_core.api import EXECUTION_POINT_LABEL, ExecutionJob, JobExecution
+from kondor_core.api.job import ExecutionAccount
 from kondor_core.api.meta import parse_time
+from kondor_core.classads import ExpressionError, parse_ad
 from kondor_core.jobs.hooks import HOOK_PREPARE_JOB_FAILURE
 from kondor_core.jobs.pod import (
     DEDICATED,
@@ -62,12 +73,12 @@ from kondor_core.jobs.pod import (
     pod_name,
 )
 from kondor_core.jobs.podsecurity import (
-    DEFAULT_RUN_AS,
     RESTRICTED,
     STARTD_HELD_JOB,
     pod_security_level,
     violations,
 )
+from kondor_core.jobs.runas import Account, AccountError, RunAsSettings, run_as
 from kondor_core.slots import SlotAd
 
 log = logging.getLogger("kondor_agent.pods")
@@ -112,6 +123,9 @@ class PodLauncher:
         self.priority_class = HARVEST_PRIORITY_CLASS
         #: The most a job's pod template may ask for here (the SlotPolicy's podSecurity).
         self.pod_security = RESTRICTED
+        #: Who a job's pod runs as when its template names no user (kondor_core.jobs.runas).
+        self.run_as = RunAsSettings()
+        self._accounts: dict[tuple[str, str], Account] = {}
         self._pods: dict[tuple[str, str], Mapping[str, Any]] = {}
         #: Pods a restarted agent took back: `clear` leaves them running.
         self._adopted: set[tuple[str, str]] = set()
@@ -136,6 +150,12 @@ class PodLauncher:
         level (KONDOR_POD_SECURITY); its job hooks."""
         self.mode, self.priority_class = pod_mode(macros)
         self.pod_security = pod_security_level(macros)
+        try:
+            self.run_as = RunAsSettings.from_macros(macros)
+        except AccountError as err:
+            # Admission refuses these; a policy that got past it runs pods as slot users.
+            log.error("%s; pod jobs run as their slots' own users", err)
+            self.run_as = RunAsSettings()
         self._macros = dict(macros)
 
     def launch(self, job: ExecutionJob, job_id: str, slot: SlotAd, job_ad_text: str) -> PodHandle:
@@ -160,6 +180,13 @@ class PodLauncher:
                 STARTD_HELD_JOB,
             )
             return handle
+        account = self._account(job, job_id, slot, job_ad_text)
+        if isinstance(account, AccountError):
+            self._refuse(handle, f"The job's account: {account}", FAILED_TO_CREATE_PROCESS)
+            return handle
+        assert account.uid is not None and account.gid is not None
+        with self._lock:
+            self._accounts[(handle.namespace, handle.name)] = account
         try:
             pod = job_pod(
                 job,
@@ -170,7 +197,7 @@ class PodLauncher:
                 machine_ad_text=machine_ad,
                 mode=self.mode,
                 priority_class=self.priority_class,
-                run_as=DEFAULT_RUN_AS,
+                run_as=(account.uid, account.gid),
             )
         except AdsTooLargeError as err:
             self._refuse(handle, f"Cannot create the job's pod: {err}", FAILED_TO_CREATE_PROCESS)
@@ -197,6 +224,50 @@ class PodLauncher:
             return handle
         self._launch_hooked(handle, hooks, job_ad_text, pod)
         return handle
+
+    def _account(
+        self, job: ExecutionJob, job_id: str, slot: SlotAd, job_ad_text: str
+    ) -> Account | AccountError:
+        """Who the job's pod runs as where its template names no user, as a process job in
+        the slot would (`kondor_core.jobs.runas`: the owner's mapped uid, else the slot's
+        user); an account named without a uid is looked up in this host's password file
+        (a pod's processes run with the host's uids). Never root."""
+        try:
+            ad = parse_ad(job_ad_text, field="the job ad")
+        except ExpressionError:
+            ad = None
+        try:
+            account = run_as(
+                self.run_as, owner=job.spec.owner, slot=slot.name.split("@", 1)[0], job_ad=ad
+            )
+            uid, gid = account.uid, account.gid
+            if uid is None:
+                try:
+                    entry = pwd.getpwnam(account.name)
+                except KeyError:
+                    raise AccountError(
+                        f"{account.name}: no such user on {self.node} ({account.reason})"
+                    ) from None
+                uid, gid = entry.pw_uid, entry.pw_gid
+            gid = uid if gid is None else gid
+            if uid == 0 or gid == 0:
+                raise AccountError(f"{account.name} is root (uid {uid} gid {gid}): refused")
+        except AccountError as err:
+            log.error("%s cannot run: %s", job_id, err)
+            return err
+        log.info("%s's pod runs as %s (uid %s gid %s): %s", job_id, account.name, uid, gid,
+                 account.reason)  # fmt: skip
+        return dataclasses.replace(account, uid=uid, gid=gid)
+
+    def account(self, handle: PodHandle) -> ExecutionAccount | None:
+        """The account the job's pod runs as unless its template names one (for its status)."""
+        with self._lock:
+            account = self._accounts.get((handle.namespace, handle.name))
+        if account is None:
+            return None
+        return ExecutionAccount(
+            name=account.name, uid=account.uid, gid=account.gid, reason=account.reason
+        )
 
     def _refuse(self, handle: PodHandle, reason: str, code: int) -> None:
         """The job ends held with `reason` and `code`, and no Pod is created."""
@@ -438,6 +509,7 @@ class PodLauncher:
     def remove(self, handle: PodHandle) -> None:
         """The pod goes with its ExecutionJob (owner reference); a finished one now."""
         with self._lock:
+            self._accounts.pop((handle.namespace, handle.name), None)
             if self._refused.pop((handle.namespace, handle.name), None) is not None:
                 return  # no Pod was created: nothing to delete
         run = self._run_of(handle)

@@ -6,6 +6,7 @@ layout with a real process's pid in it; the API is a fake that records deletions
 from __future__ import annotations
 
 import json
+import pwd
 import signal
 import subprocess
 import sys
@@ -493,34 +494,67 @@ def test_the_exit_status_of_a_pod_job(
 # --- Pod Security: the node's SlotPolicy level, and the hardened pod -----------------------
 
 
-def _pod_job(**security: Any) -> ExecutionJob:
+def _pod_job(owner: str | None = None, **security: Any) -> ExecutionJob:
     container: dict[str, Any] = {"name": "main", "image": "busybox"}
     if security:
         container["securityContext"] = security
     return ExecutionJob.model_validate(
         {
             "metadata": {"name": "secure", "namespace": "default", "uid": "u-2"},
-            "spec": {"pod": {"template": {"spec": {"containers": [container]}}}},
+            "spec": {
+                "owner": owner,
+                "pod": {"template": {"spec": {"containers": [container]}}},
+            },
             "status": {"claimId": "c#2"},
         }
     )
 
 
-def test_a_job_pod_runs_non_root_without_capabilities_or_escalation(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("owner", "knobs", "expected"),
+    [
+        # No mapping: slot1_1's own user (kondor_core.jobs.runas.slot_user_ids), as a
+        # process job in that slot would run as.
+        ("alice", {}, ("slot1_1", 101001, 101001)),
+        # The admin maps alice: her uid and gid.
+        ("alice", {"KONDOR_USER_ACCOUNTS": "alice=5000:5001"}, ("alice", 5000, 5001)),
+        ("bob", {"KONDOR_USER_ACCOUNTS": "alice=5000:5001"}, ("slot1_1", 101001, 101001)),
+    ],
+)
+def test_a_job_pod_runs_non_root_without_capabilities_or_escalation(
+    tmp_path: Path, owner: str, knobs: dict[str, str], expected: tuple[str, int, int]
+) -> None:
+    _name, uid, gid = expected
     pods, core, _ = hooked(tmp_path)
-    pods.configure({})
-    pods.launch(_pod_job(), "default/secure", SLOT, HOOKED_AD)
+    pods.configure(knobs)
+    handle = pods.launch(_pod_job(owner), "default/secure", SLOT, HOOKED_AD)
     [(_, pod)] = core.created
     assert pod["spec"]["securityContext"] == {
         "seccompProfile": {"type": "RuntimeDefault"},
         "runAsNonRoot": True,
-        "runAsUser": 65534,
-        "runAsGroup": 65534,
+        "runAsUser": uid,
+        "runAsGroup": gid,
     }
     assert pod["spec"]["containers"][0]["securityContext"] == {
         "allowPrivilegeEscalation": False,
         "capabilities": {"drop": ["ALL"]},
     }
+    account = pods.account(handle)
+    assert account is not None and (account.name, account.uid, account.gid) == expected
+
+
+def test_a_slot_user_named_by_the_policy_is_this_hosts_user(tmp_path: Path) -> None:
+    pods, core, _ = hooked(tmp_path)
+    pods.configure({"SLOT1_1_USER": "daemon"})  # a name: looked up in this host's passwd
+    handle = pods.launch(_pod_job("alice"), "default/secure", SLOT, HOOKED_AD)
+    [(_, pod)] = core.created
+    assert pod["spec"]["securityContext"]["runAsUser"] == pwd.getpwnam("daemon").pw_uid
+    pods.remove(handle)
+    pods.configure({"SLOT1_1_USER": "no-such-user-here"})
+    held = pods.launch(_pod_job("alice"), "default/secure", SLOT, HOOKED_AD)
+    outcome = pods.poll(held)
+    assert outcome is not None and outcome.hold_reason_code == 6
+    assert "no-such-user-here: no such user on n0" in (outcome.hold_reason or "")
 
 
 @pytest.mark.parametrize(
