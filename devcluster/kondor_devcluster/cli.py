@@ -7,21 +7,29 @@ The `kondor` CLI loads this through the entry point group `kondor.commands`
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
 import json
+import os
 import signal
 import socket
 import sys
 import threading
+import traceback
 from pathlib import Path
 from types import FrameType
+from typing import TextIO, cast
 
 from kondor_devcluster.build import BuildError
 from kondor_devcluster.cluster import (
+    SUPERVISOR,
     ClusterSpec,
     DevCluster,
     DevClusterError,
+    read_supervisor,
     running_pids,
     stop_detached,
+    write_supervisor,
 )
 from kondor_devcluster.components import Layout
 from kondor_devcluster.kondor import agent_node
@@ -134,7 +142,122 @@ def up_command(args: argparse.Namespace) -> int:
         else args.real_node_machine.absolute(),
         images=tuple(path.absolute() for path in args.images),
     )
-    cluster = DevCluster(spec)
+    if args.detach:
+        return _detach(spec)
+    return _serve(spec, sys.stderr)
+
+
+#: The line a detached `up` sends its caller once the cluster is ready.
+_READY = "\0ready\n"
+
+
+class _Tee(io.TextIOBase):
+    """The log of a detached `up`: its own log file, and its caller's terminal until ready."""
+
+    def __init__(self, log: TextIO, caller: TextIO) -> None:
+        self.log = log
+        self.caller: TextIO | None = caller
+
+    def write(self, text: str) -> int:
+        self.log.write(text)
+        if self.caller is not None:
+            with contextlib.suppress(OSError):  # the caller was interrupted: log only
+                self.caller.write(text)
+        return len(text)
+
+    def flush(self) -> None:
+        self.log.flush()
+        if self.caller is not None:
+            with contextlib.suppress(OSError):
+                self.caller.flush()
+
+    def release(self, output: str) -> None:
+        """Tell the caller the cluster is ready, with its standard output; stop writing to it."""
+        self.log.write(output)
+        if self.caller is not None:
+            with contextlib.suppress(OSError):
+                self.caller.write(_READY + output)
+                self.caller.close()
+            self.caller = None
+
+
+def _detach(spec: ClusterSpec) -> int:
+    """`up --detach`: the same `up` in a child of its own session, which keeps running the
+    cluster (restarting dead agents as a DaemonSet would) until `down`; this process relays its
+    progress and returns once the cluster is ready, with its exit code if it failed."""
+    logs = Layout(spec.state_dir).logs
+    logs.mkdir(parents=True, exist_ok=True)
+    log_path = logs / f"{SUPERVISOR}.log"
+    sys.stdout.flush()
+    sys.stderr.flush()
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: the cluster's `up`, detached from the caller's terminal
+        code = 1
+        try:
+            os.close(read_end)
+            os.setsid()
+            null = os.open(os.devnull, os.O_RDONLY)
+            os.dup2(null, 0)
+            with log_path.open("ab") as log_file:
+                os.dup2(log_file.fileno(), 1)
+                os.dup2(log_file.fileno(), 2)
+            tee = _Tee(sys.stderr, os.fdopen(write_end, "w", buffering=1))
+            code = _serve(spec, cast(TextIO, tee), tee)
+        except BaseException:  # the child must never return into the caller's code
+            traceback.print_exc()
+        finally:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(code)
+    os.close(write_end)
+    ready = False
+    try:
+        with os.fdopen(read_end, errors="replace") as child:
+            for line in child:
+                if line == _READY:
+                    ready = True
+                    sys.stdout.write(child.read())
+                    break
+                sys.stderr.write(line)
+                sys.stderr.flush()
+    except KeyboardInterrupt:
+        os.kill(pid, signal.SIGTERM)  # it stops what it started, as a foreground `up` does
+        os.waitpid(pid, 0)
+        return 130
+    if ready:
+        print(f"the cluster runs in process {pid}, which restarts dead agents (log {log_path})")
+        return 0
+    _pid, status = os.waitpid(pid, 0)
+    return os.waitstatus_to_exitcode(status) or 1
+
+
+def _serve(spec: ClusterSpec, log: TextIO, tee: _Tee | None = None) -> int:
+    """Start the cluster and run it until stopped (Ctrl-C, SIGTERM, `down`, a dead component).
+
+    This process is the cluster's supervisor: `down` stops the cluster by stopping it.
+    """
+    layout = Layout(spec.state_dir)
+    running = running_pids(layout)
+    if running:
+        print(
+            f"error: a dev cluster already runs from {spec.state_dir} (process "
+            f"{running[0][1]}); stop it first: kondor dev-cluster down --state-dir "
+            f"{spec.state_dir}",
+            file=log,
+        )
+        return 1
+    layout.state_dir.mkdir(parents=True, exist_ok=True)
+    write_supervisor(layout)
+    try:
+        return _run(spec, log, tee)
+    finally:
+        if (found := read_supervisor(layout)) is not None and found[1] == os.getpid():
+            layout.supervisor.unlink(missing_ok=True)
+
+
+def _run(spec: ClusterSpec, log: TextIO, tee: _Tee | None) -> int:
+    cluster = DevCluster(spec, log=log)
     stop = threading.Event()
 
     def interrupt(signum: int, _frame: FrameType | None) -> None:
@@ -148,23 +271,22 @@ def up_command(args: argparse.Namespace) -> int:
     try:
         cluster.start()
     except (DevClusterError, BuildError, RealNodeError, ValueError, FileExistsError) as error:
-        print(f"error: {error}", file=sys.stderr)
+        print(f"error: {error}", file=log)
         return 1
     except KeyboardInterrupt:
-        print("interrupted; stopped what had started", file=sys.stderr)
+        print("interrupted; stopped what had started", file=log)
         return 130
     finally:
         signal.signal(signal.SIGTERM, previous)
-    if not args.detach:
-        signal.signal(signal.SIGINT, on_signal)
-        signal.signal(signal.SIGTERM, on_signal)
-    print(f"export KUBECONFIG={spec.kubeconfig}")
-    sys.stdout.flush()
-    if args.detach:
-        print(f"stop it with: kondor dev-cluster down --state-dir {spec.state_dir}")
-        return 0
-    print("running; Ctrl-C stops it")
-    sys.stdout.flush()
+    signal.signal(signal.SIGINT, on_signal)
+    signal.signal(signal.SIGTERM, on_signal)
+    exported = f"export KUBECONFIG={spec.kubeconfig}\n"
+    if tee is not None:
+        tee.release(
+            f"{exported}stop it with: kondor dev-cluster down --state-dir {spec.state_dir}\n"
+        )
+    else:
+        print(f"{exported}running; Ctrl-C or `kondor dev-cluster down` stops it", flush=True)
     return cluster.run_until_stopped(stop)
 
 

@@ -37,12 +37,15 @@ from kondor_devcluster import (
     nodes,
     pki,
     rbac,
+    readiness,
     realnode,
     versions,
 )
 from kondor_devcluster.components import Layout, Ports
 
 FIELD_MANAGER = "kondor-devcluster"
+#: The `up` process of a cluster, in `kondor dev-cluster ps` and `running_pids`.
+SUPERVISOR = "dev-cluster"
 #: Start order; stopping goes the other way.
 ORDER = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok")
 
@@ -134,6 +137,13 @@ def _tail(path: Path, lines: int = 25) -> str:
     return "\n".join(text.splitlines()[-lines:])
 
 
+def _argv0(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0].decode(errors="replace")
+    except OSError:
+        return ""
+
+
 def _process_is(pid: int, binary: str) -> bool:
     """Whether `pid` still runs `binary` (and is not a recycled pid)."""
     try:
@@ -143,21 +153,30 @@ def _process_is(pid: int, binary: str) -> bool:
     return bool(cmdline) and cmdline[0].decode(errors="replace") == binary
 
 
+def _wait_gone(pid: int, binary: str, timeout: float) -> bool:
+    """Wait until `pid` no longer runs `binary` (reaping it if it is our child); whether it went."""
+    deadline = time.monotonic() + timeout
+    while _process_is(pid, binary):
+        with contextlib.suppress(ChildProcessError):
+            os.waitpid(pid, os.WNOHANG)
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.05)
+    return True
+
+
 def _terminate(pids: Sequence[tuple[str, int, str]], timeout: float = 15.0) -> None:
-    """SIGTERM each process in turn, waiting for it; SIGKILL what outlives `timeout`."""
+    """SIGTERM each process in turn, waiting for it; SIGKILL what outlives `timeout`, and
+    return only once each is gone (a process SIGKILLed is not gone at once)."""
     for _name, pid, binary in pids:
         if not _process_is(pid, binary):
             continue
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGTERM)
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline and _process_is(pid, binary):
-            with contextlib.suppress(ChildProcessError):
-                os.waitpid(pid, os.WNOHANG)
-            time.sleep(0.1)
-        if _process_is(pid, binary):
+        if not _wait_gone(pid, binary, timeout):
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
+            _wait_gone(pid, binary, timeout)
 
 
 def read_pids(layout: Layout) -> list[tuple[str, int, str]]:
@@ -169,24 +188,65 @@ def read_pids(layout: Layout) -> list[tuple[str, int, str]]:
     return [(name, int(entry["pid"]), str(entry["binary"])) for name, entry in data.items()]
 
 
+def write_supervisor(layout: Layout) -> None:
+    """Record this process as the cluster's `up` (foreground or detached): `down` stops the
+    cluster by stopping it, so the components are stopped in order and reaped by their parent."""
+    record = {"pid": os.getpid(), "binary": _argv0(os.getpid())}
+    layout.supervisor.write_text(json.dumps(record, indent=2) + "\n")
+
+
+def read_supervisor(layout: Layout) -> tuple[str, int, str] | None:
+    """The recorded `up` process of a cluster, as a `read_pids` entry named `dev-cluster`."""
+    try:
+        data = json.loads(layout.supervisor.read_text())
+        return (SUPERVISOR, int(data["pid"]), str(data["binary"]))
+    except (FileNotFoundError, ValueError, KeyError):
+        return None
+
+
 def running_pids(layout: Layout) -> list[tuple[str, int, str]]:
-    return [entry for entry in read_pids(layout) if _process_is(entry[1], entry[2])]
+    """The cluster's processes that still run: its `up` first, then the components in start
+    order (this process left out: an `up` checking whether its cluster already runs)."""
+    supervisor = read_supervisor(layout)
+    entries = ([] if supervisor is None else [supervisor]) + read_pids(layout)
+    return [
+        entry for entry in entries if entry[1] != os.getpid() and _process_is(entry[1], entry[2])
+    ]
 
 
-def stop_detached(state_dir: Path) -> list[str]:
-    """Stop the processes `up --detach` started in `state_dir`; keep the data. Returns names."""
+def stop_detached(state_dir: Path, timeout: float = 120.0) -> list[str]:
+    """Stop the cluster that runs from `state_dir`, keeping the data; return once every process
+    it started is gone (the real node's shims included). Returns the names stopped.
+
+    Its `up` is asked first (SIGTERM): it stops the components in reverse order, waits for each
+    and puts the host back. Whatever outlives it (an `up` killed with SIGKILL, a cluster run in
+    a test's own process) is stopped here, in the same order.
+    """
     layout = Layout(state_dir)
     alive = running_pids(layout)
+    names = [name for name, _pid, _binary in alive]
+    node = realnode.RealNodeLayout(state_dir)
+    # Containerd's shims are nobody's children here: whoever reaps orphans reaps them.
+    orphans = [pid for pid, _name in realnode.node_processes(node)]
+    _terminate([entry for entry in alive if entry[0] == SUPERVISOR], timeout)
     # Unlink first: a foreground `up` watching this file then stops quietly, as asked.
     layout.pids.unlink(missing_ok=True)
-    _terminate(list(reversed(alive)))
-    names = [name for name, _pid, _binary in alive]
+    _terminate([entry for entry in reversed(alive) if entry[0] != SUPERVISOR])
     # Also after a crash: whatever a real node left on the host is recorded in its state.
-    node = realnode.RealNodeLayout(state_dir)
     if node.host_record.exists():
         realnode.cleanup_host(node, sys.stderr)
         names.append("the real node's pods and host changes")
+    # The shims outlive containerd by design, and nothing waits for them but this.
+    _terminate([(name, pid, _argv0(pid)) for pid, name in realnode.node_processes(node)], 5.0)
+    _wait_reaped(orphans, 15.0)
     return names
+
+
+def _wait_reaped(pids: Sequence[int], timeout: float) -> None:
+    """Wait until none of `pids` is even a zombie (`ps` would still list one)."""
+    deadline = time.monotonic() + timeout
+    while any(Path(f"/proc/{pid}").exists() for pid in pids) and time.monotonic() < deadline:
+        time.sleep(0.1)
 
 
 @dataclass
@@ -431,6 +491,7 @@ class DevCluster:
                             lambda url=url: insecure.get(url).status_code == 200,  # type: ignore[misc]
                             timeout,
                         )
+                self._wait_usable(api, controllers[0], timeout)
                 names = [manifest["metadata"]["name"] for manifest in self._nodes]
                 self._wait_nodes_ready(api, controllers[-1], names, timeout)
                 if self.spec.real_node is not None:
@@ -463,6 +524,8 @@ class DevCluster:
         """containerd, the local images, then the kubelet; returns once the Node is Ready."""
         started = time.monotonic()
         node = realnode.RealNodeLayout(self.layout.state_dir)
+        # The operator's and agents' pods are in-cluster clients of the API server.
+        realnode.route_pods_to_apiserver(components.KUBERNETES_SERVICE_IP, self.spec.port)
         containerd = self._spawn_command("containerd", realnode.containerd_args(node))
         version = realnode.ctr_command(node, "version")
         self._wait_until(
@@ -608,6 +671,30 @@ class DevCluster:
             self.server, files.ca_cert.read_bytes(), users, next(iter(pki.USERS))
         )
         kubeconfig.write_kubeconfig(self.spec.kubeconfig, config)
+
+    def _wait_usable(self, api: httpx.Client, controller_manager: _Process, timeout: float) -> None:
+        """Until a pod may be applied in every namespace: its `default` ServiceAccount and
+        `kube-root-ca.crt` exist (both the controller manager's to make, after it is healthy)."""
+        missing: list[str] = []
+
+        def usable() -> bool:
+            lists = [
+                api.get("/api/v1/namespaces").json()["items"],
+                api.get(
+                    "/api/v1/serviceaccounts", params={"fieldSelector": "metadata.name=default"}
+                ).json()["items"],
+                api.get(
+                    "/api/v1/configmaps",
+                    params={"fieldSelector": "metadata.name=kube-root-ca.crt"},
+                ).json()["items"],
+            ]
+            missing[:] = readiness.missing_for_pods(*lists)
+            return not missing
+
+        try:
+            self._wait_until(controller_manager, "the objects every pod needs", usable, timeout)
+        except DevClusterError as error:
+            raise DevClusterError(f"{error}\nstill missing: {'; '.join(missing)}") from None
 
     def _wait_nodes_ready(
         self, api: httpx.Client, kwok: _Process, names: Sequence[str], timeout: float

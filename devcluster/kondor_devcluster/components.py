@@ -71,6 +71,11 @@ class Layout:
         return self.state_dir / "pids.json"
 
     @property
+    def supervisor(self) -> Path:
+        """The `up` process that runs the cluster (`cluster.write_supervisor`)."""
+        return self.state_dir / "supervisor.json"
+
+    @property
     def ports(self) -> Path:
         return self.state_dir / "ports.json"
 
@@ -132,6 +137,11 @@ def apiserver_args(binary: Path, layout: Layout, ports: Ports) -> list[str]:
         "--requestheader-extra-headers-prefix=X-Remote-Extra-",
         f"--proxy-client-cert-file={pki.cert('front-proxy-client')}",
         f"--proxy-client-key-file={pki.key('front-proxy-client')}",
+        # Webhooks (and aggregated APIs) behind a Service are called at one of its endpoints, not
+        # its cluster IP: there is no kube-proxy, and the real node's pod IPs (its bridge) are
+        # reachable from this host. kube-apiserver's buildServiceResolver (cmd/kube-apiserver/
+        # app/server.go) gives this resolver to the admission webhooks too.
+        "--enable-aggregator-routing=true",
         # The `kubernetes` Service cannot have a loopback endpoint, and nothing in-cluster needs it.
         "--endpoint-reconciler-type=none",
         # The default plugins include MutatingAdmissionWebhook and ValidatingAdmissionWebhook.

@@ -35,7 +35,15 @@ REAL_NODE_LABEL = "kondor.io/real-node"
 BRIDGE = "kondor0"
 POD_SUBNET = "10.245.0.0/24"
 #: The sysctls the kubelet and the bridge plugin change; put back by `cleanup_host`.
-SYSCTLS = ("vm.overcommit_memory", "kernel.panic", "kernel.panic_on_oops", "net.ipv4.ip_forward")
+SYSCTLS = (
+    "vm.overcommit_memory",
+    "kernel.panic",
+    "kernel.panic_on_oops",
+    "net.ipv4.ip_forward",
+    "net.ipv4.conf.all.route_localnet",
+)
+#: The nat chain that takes pods' connections to the `kubernetes` Service to the API server.
+APISERVER_CHAIN = "KONDOR-APISERVER"
 #: What the real node needs on the host, and the Debian package that brings it.
 PACKAGES: Mapping[str, str] = {
     "containerd": "containerd",
@@ -244,6 +252,9 @@ def cni_config(layout: RealNodeLayout) -> dict[str, Any]:
                 "type": "bridge",
                 "bridge": BRIDGE,
                 "isGateway": True,
+                # A default route through the bridge, as pods have on any cluster: in-cluster
+                # clients reach the `kubernetes` Service's address (apiserver_route_commands).
+                "isDefaultGateway": True,
                 "ipMasq": False,
                 "hairpinMode": True,
                 "ipam": {

@@ -1,7 +1,11 @@
-"""`kondor dev-cluster up|down`: detach, stop, restart with the same state, two side by side."""
+"""`kondor dev-cluster up|down`: detach, stop, restart with the same state, two side by side; a
+detached cluster usable when `up` returns, restarting dead agents, and gone when `down` returns."""
 
 from __future__ import annotations
 
+import json
+import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -12,6 +16,9 @@ from kubernetes import client, config
 from kubernetes.client.rest import ApiException
 
 from kondor_devcluster.cluster import ClusterSpec, DevCluster, free_port
+
+from .conftest import ROOT
+from .waiting import eventually
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -78,3 +85,65 @@ def test_two_clusters_run_side_by_side(tmp_path: Path, dev_cluster: DevCluster) 
                 "only-in-second", "default"
             )
         assert missing.value.status == 404
+
+
+def _ps(state: Path) -> dict[str, int]:
+    listed = dev_cluster_cli("ps", "--state-dir", str(state), "-o", "json")
+    assert listed.returncode == 0, listed.stderr
+    return {row["component"]: row["pid"] for row in json.loads(listed.stdout)}
+
+
+def _alive(pid: int) -> bool:
+    try:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return False
+    return bool(cmdline)  # a zombie has none: it runs nothing any more
+
+
+def test_a_detached_cluster_is_usable_at_once_restarts_a_dead_agent_and_down_waits(
+    tmp_path: Path, dev_cluster: DevCluster
+) -> None:
+    state = tmp_path / "state"
+    kubeconfig = tmp_path / "kubeconfig"
+    machine = ROOT / "examples" / "machines" / "kwok-small.yaml"
+    up = ("up", "--port", str(free_port()), "--kubeconfig", str(kubeconfig))
+    agent = "kondor-agent-kwok-small-0"
+    seen: set[int] = set()
+    try:
+        started = dev_cluster_cli(
+            *up, "--state-dir", str(state), "--nodes", str(machine), "--agents", "--detach"
+        )
+        assert started.returncode == 0, started.stderr
+        assert f"export KUBECONFIG={kubeconfig}" in started.stdout
+        # Usable the moment `up` returns: a pod in any namespace the cluster made is admitted
+        # (its `default` ServiceAccount exists) and may start (`kube-root-ca.crt` exists).
+        core = core_api(kubeconfig)
+        for namespace in ("default", "kube-system", "kube-public", "kube-node-lease"):
+            pod = client.V1Pod(
+                metadata=client.V1ObjectMeta(name="right-after-up"),
+                spec=client.V1PodSpec(containers=[client.V1Container(name="c", image="x")]),
+            )
+            core.create_namespaced_pod(namespace, pod)
+            core.read_namespaced_config_map("kube-root-ca.crt", namespace)
+
+        running = _ps(state)
+        assert {"dev-cluster", "etcd", "kube-apiserver", agent} <= set(running)
+        seen |= set(running.values())
+        # As a DaemonSet would: the detached cluster's `up` starts a killed agent again.
+        os.kill(running[agent], signal.SIGKILL)
+        restarted = eventually(
+            lambda: (pid := _ps(state).get(agent)) not in (None, running[agent]) and pid,
+            20,
+            "a new agent",
+        )
+        seen.add(restarted)
+        assert _alive(restarted)
+
+        stopped = dev_cluster_cli("down", "--state-dir", str(state))
+        assert stopped.returncode == 0, stopped.stderr
+        # `down` returns once every process the cluster started is gone, not merely signalled.
+        assert [pid for pid in seen if _alive(pid)] == []
+        assert _ps(state) == {}
+    finally:
+        dev_cluster_cli("down", "--state-dir", str(state))
