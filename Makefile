@@ -122,8 +122,14 @@ demo-real: controlplane ## The demo plus a real node (containerd, runc, kubelet;
 demo-down: venv ## Stop the demo's dev cluster
 	$(BIN)/kondor dev-cluster down --state-dir .devcluster/demo/state
 
+demo-helm: controlplane image helm ## The product as users install it: `helm install` on a dev cluster with the real node (root), the operator and agent pods from the image, the demo through them
+	BIN=$(BIN) examples/demo/helm.sh
+
+demo-helm-down: venv ## Stop demo-helm's dev cluster
+	$(BIN)/kondor dev-cluster down --state-dir .devcluster/helm/state
+
 simulate-demo: venv ## Offline: the slots the GPU example policy gives a node, and where two jobs land
 	$(BIN)/kondor simulate --machine examples/machines/gpu-mixed.yaml \
 	    --policy examples/policies/gpu-split.yaml \
 	    --request examples/jobs/train.yaml --request examples/jobs/small.yaml
-.PHONY: demo demo-real demo-down simulate-demo
+.PHONY: demo demo-real demo-down demo-helm demo-helm-down simulate-demo

@@ -34,11 +34,13 @@ def run_helm(helm: Path, *args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
-def render(helm: Path, *args: str, crds: bool = True) -> list[dict[str, Any]]:
+def render(
+    helm: Path, *args: str, crds: bool = True, release: str = RELEASE
+) -> list[dict[str, Any]]:
     """The chart's objects as `helm template` renders them, with extra arguments (`--set`)."""
     extra = ["--include-crds"] if crds else []
     result = run_helm(
-        helm, "template", RELEASE, str(CHART), "--namespace", NAMESPACE, *extra, *args
+        helm, "template", release, str(CHART), "--namespace", NAMESPACE, *extra, *args
     )
     assert result.returncode == 0, result.stderr
     return [doc for doc in yaml.safe_load_all(result.stdout) if doc]
