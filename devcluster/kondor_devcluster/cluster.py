@@ -30,6 +30,7 @@ from kondor_core.api.crds import all_crds
 from kondor_core.jobs.pod import harvest_priority_class
 from kondor_devcluster import (
     build,
+    chart,
     components,
     images,
     kondor,
@@ -265,6 +266,8 @@ class DevCluster:
     _node_ip: str = ""
     _real_node_labels: Mapping[str, str] = field(default_factory=dict)
     _watcher: threading.Thread | None = None
+    #: The operators' webhook port, shared by every replica.
+    _webhook_port: int | None = None
     _stopping: threading.Event = field(default_factory=threading.Event)
 
     @property
@@ -593,6 +596,7 @@ class DevCluster:
         harvest = harvest_priority_class()
         name = harvest["metadata"]["name"]
         self._apply(api, f"/apis/scheduling.k8s.io/v1/priorityclasses/{name}", harvest)
+        self._install_security(api)
         files = self.layout.pki
         identity = kondor.KONDOR_IDENTITY
         config = kubeconfig.kubeconfig(
@@ -600,15 +604,73 @@ class DevCluster:
         )
         kubeconfig.write_kubeconfig(kondor.kondor_kubeconfig(self.layout), config, force=True)
 
-    def _start_operator(self) -> None:
-        """The operator, if this build has one; a missing or failing one is reported, not fatal."""
+    def _install_security(self, api: httpx.Client) -> None:
+        """What the chart installs for identities, read from the chart itself
+        (kondor_devcluster.chart): the agent's and the operator's ServiceAccounts and RBAC (the
+        agents run as theirs; the operator process stays admin, its account is there for
+        `kubectl auth can-i --as`), and the admission policies."""
+        release = kondor.RELEASE
+        namespace = {
+            "apiVersion": "v1",
+            "kind": "Namespace",
+            "metadata": {"name": release.namespace},
+        }
+        accounts = [
+            {
+                "apiVersion": "v1",
+                "kind": "ServiceAccount",
+                "metadata": {"name": name, "namespace": release.namespace},
+            }
+            for name in (release.agent, release.operator)
+        ]
+        objects = [
+            namespace,
+            *accounts,
+            *chart.agent_rbac(release),
+            *chart.operator_rbac(release),
+            *chart.admission_policies(release),
+        ]
+        for manifest in objects:
+            self._apply(api, object_path(manifest), manifest)
+
+    def _write_agent_kubeconfig(self, node: str) -> None:
+        """A fresh token of the agent ServiceAccount bound to `node`'s Node object."""
+        release = kondor.RELEASE
+        with self.admin_client() as api:
+            found = api.get(f"/api/v1/nodes/{node}")
+            if found.status_code >= 400:
+                raise DevClusterError(f"node {node}: {found.status_code} {found.text}")
+            uid = found.json()["metadata"]["uid"]
+            response = api.post(
+                f"/api/v1/namespaces/{release.namespace}/serviceaccounts/{release.agent}/token",
+                json=kondor.agent_token_request(node, uid),
+            )
+            if response.status_code >= 400:
+                raise DevClusterError(
+                    f"a token for {node}'s agent: {response.status_code} {response.text}"
+                )
+        token = response.json()["status"]["token"]
+        config = kubeconfig.token_kubeconfig(
+            self.server,
+            self.layout.pki.ca_cert.read_bytes(),
+            release.user(release.agent),
+            token,
+        )
+        kubeconfig.write_kubeconfig(kondor.agent_kubeconfig(self.layout, node), config, force=True)
+
+    def _start_operator(self, name: str = kondor.OPERATOR) -> None:
+        """The operator, if this build has one; a missing or failing one is reported, not fatal.
+        Another replica (`start_operator_replica`) serves the webhooks on the same port."""
         why = kondor.operator_available()
         if why is not None:
             self._say(f"not starting the Kondor operator: {why}")
             return
-        env = kondor.operator_env(self.layout, free_port(), free_port())
+        pki.webhook_credentials(self.layout.pki.root)
+        if self._webhook_port is None:
+            self._webhook_port = free_port()
+        env = kondor.operator_env(self.layout, free_port(), self._webhook_port)
         process = self._spawn_command(
-            kondor.OPERATOR, kondor.operator_args(self.layout), env=env, essential=False
+            name, kondor.operator_args(self.layout), env=env, essential=False
         )
         # An operator that cannot run (not built yet, bad kubeconfig) exits at once: say so.
         deadline = time.monotonic() + 3.0
@@ -624,10 +686,18 @@ class DevCluster:
         else:
             self._say(f"Kondor operator started (log {process.log})")
 
+    def start_operator_replica(self, name: str) -> None:
+        """One more operator process `name` (a second replica: it waits for the Lease and
+        serves the webhooks meanwhile). Stop it with `stop_process(name)`."""
+        if any(p.name == name for p in self._processes):
+            raise DevClusterError(f"a process named {name} already runs")
+        self._start_operator(name)
+
     def _start_agent(self, node: str, machine: Path | None) -> None:
         """An agent for `node`: on its machine file, or (None) reading the real host."""
         # The execute directory is the agent's Disk: it must exist before the agent measures it.
         (kondor.agent_state_dir(self.layout, node) / "execute").mkdir(parents=True, exist_ok=True)
+        self._write_agent_kubeconfig(node)
         process = self._spawn_command(
             kondor.agent_name(node),
             kondor.agent_args(self.layout, node, machine),
@@ -732,15 +802,19 @@ class DevCluster:
         """Components that exited, with their exit codes."""
         return [(p.name, code) for p in self._processes if (code := p.popen.poll()) is not None]
 
-    def stop_process(self, name: str, timeout: float = 30.0) -> bool:
+    def stop_process(self, name: str, timeout: float = 30.0, *, kill: bool = False) -> bool:
         """Stop the non-essential process `name` (`kondor-operator`) with SIGTERM, then SIGKILL
-        after `timeout`; the cluster keeps running. False if none runs by that name. (An agent
-        stopped so is started again, as a DaemonSet would.)"""
+        after `timeout` (at once with `kill`: a crash, nothing released); the cluster keeps
+        running. False if none runs by that name. (An agent stopped so is started again, as
+        a DaemonSet would.)"""
         process = next((p for p in self._processes if p.name == name), None)
         if process is None or process.essential or process.popen.poll() is not None:
             return False
         process.reported = True  # stopped on purpose: not a death to report
-        process.popen.terminate()
+        if kill:
+            process.popen.kill()
+        else:
+            process.popen.terminate()
         try:
             process.popen.wait(timeout)
         except subprocess.TimeoutExpired:
@@ -811,6 +885,34 @@ class DevCluster:
         node = realnode.RealNodeLayout(self.layout.state_dir)
         if node.host_record.exists():
             realnode.cleanup_host(node, self.log)
+
+
+#: The plural of each kind the dev cluster applies from the chart, by apiVersion and kind.
+_PLURALS = {
+    ("v1", "Namespace"): "namespaces",
+    ("v1", "ServiceAccount"): "serviceaccounts",
+    ("rbac.authorization.k8s.io/v1", "ClusterRole"): "clusterroles",
+    ("rbac.authorization.k8s.io/v1", "ClusterRoleBinding"): "clusterrolebindings",
+    ("rbac.authorization.k8s.io/v1", "Role"): "roles",
+    ("rbac.authorization.k8s.io/v1", "RoleBinding"): "rolebindings",
+    ("admissionregistration.k8s.io/v1", "ValidatingAdmissionPolicy"): "validatingadmissionpolicies",
+    ("admissionregistration.k8s.io/v1", "ValidatingAdmissionPolicyBinding"): (
+        "validatingadmissionpolicybindings"
+    ),
+}
+
+
+def object_path(manifest: Mapping[str, Any]) -> str:
+    """The API path of one object (of a kind in `_PLURALS`) for a server-side apply."""
+    version, kind = manifest["apiVersion"], manifest["kind"]
+    plural = _PLURALS.get((version, kind))
+    if plural is None:
+        raise DevClusterError(f"the dev cluster does not apply {kind} ({version}) objects")
+    base = "/api/v1" if version == "v1" else f"/apis/{version}"
+    metadata = manifest["metadata"]
+    namespace = metadata.get("namespace")
+    scope = f"/namespaces/{namespace}" if namespace else ""
+    return f"{base}{scope}/{plural}/{metadata['name']}"
 
 
 def _module_dir() -> Path:

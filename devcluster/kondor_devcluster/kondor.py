@@ -1,7 +1,9 @@
 """Kondor's own processes in a dev cluster: the operator and one agent per simulated node.
 
 Command lines are pure functions of paths, so tests check them without starting anything.
-Both run as the cluster's `admin` identity, from a kubeconfig of their own in `config/`.
+The operator runs as the cluster's `admin` identity; each agent as the chart's agent
+ServiceAccount with a token bound to its Node (`config/agent-<node>.kubeconfig`), so the
+chart's agent RBAC and admission policies apply to it as on a real cluster.
 """
 
 from __future__ import annotations
@@ -10,12 +12,19 @@ import hashlib
 import importlib.util
 import sys
 from pathlib import Path
+from typing import Any
 
+from kondor_devcluster.chart import Release
 from kondor_devcluster.components import Layout
+from kondor_devcluster.pki import WEBHOOK
 
-#: The kubeconfig the operator and the agents use (admin identity, one context).
+#: The kubeconfig the operator uses (admin identity, one context).
 KONDOR_IDENTITY = "admin"
 OPERATOR = "kondor-operator"
+#: The release whose names the dev cluster gives Kondor's ServiceAccounts and policies.
+RELEASE = Release()
+#: Seconds an agent's Node-bound token lasts; each agent start asks for a new one.
+AGENT_TOKEN_SECONDS = 7 * 24 * 3600
 
 
 def agent_name(node: str) -> str:
@@ -31,6 +40,24 @@ def agent_node(component: str) -> str | None:
 
 def kondor_kubeconfig(layout: Layout) -> Path:
     return layout.component_kubeconfig("kondor")
+
+
+def agent_kubeconfig(layout: Layout, node: str) -> Path:
+    """The agent's own kubeconfig: the agent ServiceAccount, its token bound to `node`."""
+    return layout.component_kubeconfig(f"agent-{node}")
+
+
+def agent_token_request(node: str, node_uid: str) -> dict[str, Any]:
+    """The TokenRequest for `node`'s agent: bound to the Node object, so the token carries
+    the node-name claim the admission policy reads, and dies with the Node."""
+    return {
+        "apiVersion": "authentication.k8s.io/v1",
+        "kind": "TokenRequest",
+        "spec": {
+            "expirationSeconds": AGENT_TOKEN_SECONDS,
+            "boundObjectRef": {"kind": "Node", "apiVersion": "v1", "name": node, "uid": node_uid},
+        },
+    }
 
 
 def agent_state_dir(layout: Layout, node: str) -> Path:
@@ -64,12 +91,20 @@ def operator_args(layout: Layout, python: str = sys.executable) -> list[str]:
 
 def operator_env(layout: Layout, metrics_port: int, webhook_port: int) -> dict[str, str]:
     """The operator's settings as its KONDOR_* variables: ports of this cluster's own, so that
-    two dev clusters run side by side; KUBECONFIG for any client that reads only that."""
+    two dev clusters run side by side; KUBECONFIG for any client that reads only that. Every
+    replica serves the webhooks on the one port (as a Service's endpoints would), with the
+    certificate the cluster's CA signed (`pki.webhook_credentials`), and writes the
+    configurations with the owner policy's matchConditions (the dev cluster applies it)."""
+    pki = layout.pki
     return {
         "KUBECONFIG": str(kondor_kubeconfig(layout)),
         "KONDOR_METRICS_PORT": str(metrics_port),
         "KONDOR_METRICS_ADDR": "127.0.0.1",
         "KONDOR_WEBHOOK_PORT": str(webhook_port),
+        "KONDOR_WEBHOOK_CERT": str(pki.cert(WEBHOOK)),
+        "KONDOR_WEBHOOK_KEY": str(pki.key(WEBHOOK)),
+        "KONDOR_WEBHOOK_CA": str(pki.ca_cert),
+        "KONDOR_ADMISSION_POLICIES": "true",
         # SlotPolicy admission checks hook programs, symlinks resolved, in the directory
         # every agent runs them from.
         "KONDOR_HOOKS_DIR": str(hooks_dir(layout)),
@@ -101,7 +136,7 @@ def agent_args(
         node,
         *facts,
         "--kubeconfig",
-        str(kondor_kubeconfig(layout)),
+        str(agent_kubeconfig(layout, node)),
         "--state-dir",
         str(agent_state_dir(layout, node)),
         # Jobs run as real processes on this machine: each node has its own execute dir, and

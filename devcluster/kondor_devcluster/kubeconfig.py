@@ -54,6 +54,24 @@ def kubeconfig(
     }
 
 
+def token_kubeconfig(server: str, ca_pem: bytes, user: str, token: str) -> dict[str, Any]:
+    """A kubeconfig for one ServiceAccount token (an agent's, bound to its Node)."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "preferences": {},
+        "clusters": [
+            {
+                "name": CLUSTER_NAME,
+                "cluster": {"server": server, "certificate-authority-data": _b64(ca_pem)},
+            }
+        ],
+        "users": [{"name": user, "user": {"token": token}}],
+        "contexts": [{"name": user, "context": {"cluster": CLUSTER_NAME, "user": user}}],
+        "current-context": user,
+    }
+
+
 def write_kubeconfig(path: Path, config: Mapping[str, Any], *, force: bool = False) -> None:
     """Write `config` (mode 0600), refusing to replace a kubeconfig we did not write."""
     if path.exists() and not force:

@@ -226,6 +226,21 @@ def node_credentials(root: Path, node: str, now: datetime.datetime | None = None
     return name
 
 
+#: The operator's webhook serving certificate (every replica serves it, on one port).
+WEBHOOK = "kondor-webhook"
+
+
+def webhook_credentials(root: Path, now: datetime.datetime | None = None) -> str:
+    """The operator's webhook serving certificate for 127.0.0.1, signed by the cluster CA
+    (so every replica serves the one CA bundle the configuration names); returns its name."""
+    files = PkiFiles(root)
+    if not files.cert(WEBHOOK).exists():
+        stamp = datetime.datetime.now(datetime.UTC) if now is None else now
+        pair = issue(files.ca(), WEBHOOK, stamp, ip_addresses=("127.0.0.1",), server=True)
+        _write_pair(files, WEBHOOK, pair)
+    return WEBHOOK
+
+
 def ensure_pki(root: Path, service_ip: str, now: datetime.datetime | None = None) -> PkiFiles:
     """Create the PKI under `root` unless it exists: a restart keeps certificates valid."""
     files = PkiFiles(root)

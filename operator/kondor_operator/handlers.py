@@ -18,6 +18,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import os
 import threading
@@ -32,7 +33,9 @@ from kondor_operator.nodewatch import NodeChanges, NodeSource, NodeWatch
 from kondor_operator.reconciler import ExecutionPointEntries, Reconciler, slot_policy_entry
 from kondor_operator.webhook import (
     PodSecurityCeiling,
+    Reviewer,
     Reviewers,
+    admit_slot_policy,
     hook_checks,
     register_cod_admission,
     register_job_admission,
@@ -137,6 +140,13 @@ def register(
             checked = check_policy(dict(spec), **hook_checks(os.environ))
             if not checked.valid:
                 raise kopf.AdmissionError(admission_message(name or "", checked), code=422)
+
+        # The same decision, answered by the server itself (in every replica, leading or not).
+        checks = hook_checks(os.environ)
+        if reviewers is not None:
+            reviewers[VALIDATE_ID] = Reviewer(
+                functools.partial(admit_slot_policy, checks=checks), mutating=False
+            )
 
         register_job_admission(
             registry,

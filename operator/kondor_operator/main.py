@@ -35,13 +35,14 @@ import os
 import signal
 import sys
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import kopf
 from kubernetes import client
+from kubernetes.client.exceptions import ApiException
 
 from kondor_operator import cordon, defrag, handlers, negotiator, power
 from kondor_operator.epwatch import (
@@ -63,7 +64,16 @@ from kondor_operator.leader import LeaderElector, LeaseTimings
 from kondor_operator.metrics import Metrics
 from kondor_operator.reconciler import Reconciler
 from kondor_operator.reflector import Reflector
-from kondor_operator.webhook import Reviewer, ServiceRef, WebhookOptions, build_server
+from kondor_operator.webhook import (
+    Reviewer,
+    ServiceRef,
+    Standby,
+    WebhookOptions,
+    build_server,
+    operator_user,
+    serve,
+    webhook_configurations,
+)
 
 logger = logging.getLogger("kondor_operator")
 
@@ -90,6 +100,7 @@ class Options:
     kube_qps: float = 200.0
     kube_burst: int = 400
     write_concurrency: int = 16
+    admission_policies: bool = False
 
 
 def _env(flag: str, default: str | None = None) -> str | None:
@@ -148,6 +159,14 @@ def parser() -> argparse.ArgumentParser:
         default=_env("webhook-failure-policy", "Ignore"),
         help="when the webhook cannot be reached: Ignore (admit; status reports an invalid "
         "policy) or Fail (refuse every SlotPolicy write). Default Ignore",
+    )
+    web.add_argument(
+        "--admission-policies",
+        action=argparse.BooleanOptionalAction,
+        default=_flag_bool("admission-policies", False),
+        help="the chart's owner ValidatingAdmissionPolicy is installed: the owner-setting "
+        "webhooks of the configuration the operator writes are not called for what it "
+        "refuses (default off)",
     )
     met = p.add_argument_group("metrics")
     met.add_argument(
@@ -267,6 +286,7 @@ def parse_options(argv: Sequence[str] | None = None) -> Options:
         kube_qps=args.kube_qps,
         kube_burst=args.kube_burst,
         write_concurrency=args.write_concurrency,
+        admission_policies=args.admission_policies,
     )
 
 
@@ -294,9 +314,32 @@ def kopf_settings(
     settings.peering.standalone = True  # our Lease elects the one replica, not kopf's peering
     settings.posting.level = logging.WARNING  # our own Events say what changed
     if options.webhook is not None:
-        settings.admission.server = build_server(options.webhook, reviewers)
-        settings.admission.managed = options.webhook_configuration or None
+        # Every replica serves the webhooks from its start (`run`), leading or not, and
+        # writes the configurations itself: kopf serves and manages nothing.
+        settings.admission.server = Standby()
+        settings.admission.managed = None
     return settings
+
+
+def apply_webhook_configurations(
+    api_client: client.ApiClient, configurations: Mapping[str, Mapping[str, Any]]
+) -> None:
+    """Server-side apply of the operator's webhook configurations (every replica writes the
+    same, so none undoes another's)."""
+    api = client.AdmissionregistrationV1Api(api_client)
+    for kind, body in configurations.items():
+        patch = (
+            api.patch_validating_webhook_configuration
+            if kind == "ValidatingWebhookConfiguration"
+            else api.patch_mutating_webhook_configuration
+        )
+        patch(
+            body["metadata"]["name"],
+            dict(body),
+            field_manager="kondor-operator",
+            force=True,
+            _content_type="application/apply-patch+yaml",
+        )
 
 
 def fan_out(
@@ -398,32 +441,71 @@ async def run(options: Options) -> int:
         marker.set_leading(leading)
         cordons.set_leading(leading)
 
-    elector = None
-    if options.leader_election:
-        elector = LeaderElector(
-            client.CoordinationV1Api(api_client),
-            namespace=options.namespace,
-            name=options.lease,
-            identity=options.identity,
-            timings=options.timings,
-            on_change=on_leadership,
-        )
-        metrics.set_leader(False)
-        if not await elector.acquire(stop):
-            return 0
-    metrics.set_leader(True)
-
-    # The ExecutionPoint and job watches write nothing; they start with the leadership.
-    watch_stop = threading.Event()
-    follower.start()
-    points.start(watch_stop)
-    queue.start(watch_stop)
+    # Every replica answers admission from its start, waiting for the Lease or not.
+    serving = None
+    if options.webhook is not None:
+        configure = configurer(options, registry, api_client, connection_info(configuration))
+        server = build_server(options.webhook, reviewers)
+        serving = asyncio.create_task(serve(server, configure), name="webhooks")
     try:
-        settings = kopf_settings(options, reviewers)
-        return await _operate(settings, registry, (points, queue), stop, elector)
+        elector = None
+        if options.leader_election:
+            elector = LeaderElector(
+                client.CoordinationV1Api(api_client),
+                namespace=options.namespace,
+                name=options.lease,
+                identity=options.identity,
+                timings=options.timings,
+                on_change=on_leadership,
+            )
+            metrics.set_leader(False)
+            if not await elector.acquire(stop):
+                return 0
+        metrics.set_leader(True)
+
+        # The ExecutionPoint and job watches write nothing; they start with the leadership.
+        watch_stop = threading.Event()
+        follower.start()
+        points.start(watch_stop)
+        queue.start(watch_stop)
+        try:
+            settings = kopf_settings(options, reviewers)
+            return await _operate(settings, registry, (points, queue), stop, elector)
+        finally:
+            watch_stop.set()
+            follower.close()
     finally:
-        watch_stop.set()
-        follower.close()
+        if serving is not None:
+            serving.cancel()
+            await asyncio.gather(serving, return_exceptions=True)
+
+
+def configurer(
+    options: Options,
+    registry: kopf.OperatorRegistry,
+    api_client: client.ApiClient,
+    connection: kopf.ConnectionInfo,
+) -> Callable[[kopf.WebhookClientConfig], None]:
+    """What to do with the client configuration the webhook server announces: write the
+    configurations `--webhook-configuration` names (none with '': the chart ships them)."""
+    operator = operator_user(connection)
+
+    def configure(client_config: kopf.WebhookClientConfig) -> None:
+        if not options.webhook_configuration:
+            return
+        configurations = webhook_configurations(
+            options.webhook_configuration,
+            registry,
+            client_config,
+            operator=operator,
+            owner_policy=options.admission_policies,
+        )
+        try:
+            apply_webhook_configurations(api_client, configurations)
+        except ApiException as error:
+            logger.error("writing the webhook configurations failed: %s", error)
+
+    return configure
 
 
 async def _operate(

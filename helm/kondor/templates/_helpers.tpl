@@ -71,3 +71,17 @@ app.kubernetes.io/component: {{ .component }}
 {{- define "kondor.webhookSecret" -}}
 {{- default (printf "%s-tls" (include "kondor.webhookName" .)) .Values.webhook.tls.secretName }}
 {{- end }}
+
+{{/* The owner-setting webhooks' matchConditions: not called
+for an object whose spec.owner names someone else than a requester who may not act for others
+(templates/admission-policies.yaml refuses it). */}}
+{{- define "kondor.ownerWebhookMatch" -}}
+matchConditions:
+  - name: not-refused-by-the-owner-policy
+    expression: >-
+      !has(object.spec) || !has(object.spec.owner) || object.spec.owner == request.userInfo.username
+      || request.userInfo.username in ['system:kube-controller-manager',
+      'system:serviceaccount:{{ .Release.Namespace }}:{{ include "kondor.operatorServiceAccount" . }}']
+      || request.userInfo.groups.exists(g, g in ['system:masters',
+      'system:serviceaccounts:kube-system'])
+{{- end }}

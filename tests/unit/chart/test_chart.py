@@ -86,6 +86,8 @@ def test_namespaced_objects_land_in_the_release_namespace(objects: list[dict[str
         "CustomResourceDefinition",
         "ValidatingWebhookConfiguration",
         "MutatingWebhookConfiguration",
+        "ValidatingAdmissionPolicy",
+        "ValidatingAdmissionPolicyBinding",
         "PriorityClass",
     }
     for o in objects:

@@ -75,7 +75,10 @@ def test_agent_command_line_runs_the_node_on_its_machine_file(tmp_path: Path) ->
     assert args[:3] == ["py", "-m", "kondor_agent.main"]
     assert args[args.index("--node-name") + 1] == "kwok-small-0"
     assert args[args.index("--machine") + 1] == "/m/kwok-small.yaml"
-    assert args[args.index("--kubeconfig") + 1] == str(kondor.kondor_kubeconfig(layout))
+    # Its own identity (the agent ServiceAccount, bound to its node), not the operator's admin.
+    kubeconfig = args[args.index("--kubeconfig") + 1]
+    assert kubeconfig == str(kondor.agent_kubeconfig(layout, "kwok-small-0"))
+    assert kubeconfig != str(kondor.kondor_kubeconfig(layout))
     assert args[args.index("--state-dir") + 1] == str(tmp_path / "agents" / "kwok-small-0")
     assert kondor.operator_args(layout, "py") == [
         "py",

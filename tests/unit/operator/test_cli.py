@@ -11,7 +11,13 @@ from cryptography import x509
 
 from kondor_operator.kube import load_configuration
 from kondor_operator.main import kopf_settings, parse_options
-from kondor_operator.webhook import ServiceRef, ServiceWebhookServer, build_server, self_signed
+from kondor_operator.webhook import (
+    ServiceRef,
+    ServiceWebhookServer,
+    Standby,
+    build_server,
+    self_signed,
+)
 
 
 def test_defaults_are_local_development(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -66,10 +72,12 @@ def test_self_signed_certificate_names_the_host(tmp_path: Path) -> None:
 
 
 def test_settings_use_our_lease_not_kopf_peering_and_serve_the_webhook() -> None:
+    """kopf neither serves nor manages the webhooks: every replica serves them itself from
+    its start (kondor_operator.main.run), and writes the configurations it names."""
     settings = kopf_settings(parse_options(["--webhook-configuration=x.kondor.io"]))
     assert settings.peering.standalone
-    assert settings.admission.managed == "x.kondor.io"
-    assert settings.admission.server is not None
+    assert settings.admission.managed is None
+    assert isinstance(settings.admission.server, Standby)
     in_cluster = build_server(
         parse_options(["--webhook-service=ns/svc", "--webhook-addr=0.0.0.0"]).webhook  # type: ignore[arg-type]
     )
