@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import http.server
 import json
+import subprocess
+import sys
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -152,8 +154,8 @@ class ExecSource:
 class FetchCluster:
     cluster: Cluster
     sources: dict[str, WorkSource]
-    #: The cluster's state directory: the operator checks hooks in its hooks/ (the dev
-    #: cluster's KONDOR_HOOKS_DIR).
+    #: The cluster's state directory: its hooks/ is every agent's --hooks-dir and the
+    #: operator's KONDOR_HOOKS_DIR (kondor.hooks_dir).
     state: Path
 
 
@@ -306,6 +308,10 @@ def test_a_bad_hook_is_refused_at_apply_naming_the_knob(
         (outside / "evict.sh").write_text("#!/bin/sh\n")
         (hooks / "escape.sh").unlink(missing_ok=True)
         (hooks / "escape.sh").symlink_to(outside / "evict.sh")
+        # ... the directory each running agent reads, as its command line says.
+        for agent in _agents(fetching.state):
+            arguments = Path(f"/proc/{agent['pid']}/cmdline").read_bytes().split(b"\0")
+            assert arguments[arguments.index(b"--hooks-dir") + 1] == bytes(hooks), agent
     policy = slot_policy(f"bad-{case}", {"kondor.io/pool": "none"}, f"{line}\n")
     with pytest.raises(AssertionError) as refused:
         fetching.cluster.apply(policy)
@@ -313,3 +319,15 @@ def test_a_bad_hook_is_refused_at_apply_naming_the_knob(
     assert "denied the request" in str(refused.value)
     if case == "symlink":
         assert "a symlink leads out of it" in str(refused.value)
+
+
+def _agents(state: Path) -> list[dict[str, Any]]:
+    """The dev cluster's running agents (`dev-cluster ps`): their node and pid."""
+    listed = subprocess.run(
+        [sys.executable, "-m", "kondor_devcluster", "dev-cluster", "ps", "--state-dir", str(state),
+         "-o", "json"],
+        capture_output=True, text=True, check=True,
+    ).stdout  # fmt: skip
+    agents = [row for row in json.loads(listed) if row.get("node")]
+    assert {row["node"] for row in agents} == {HTTP_NODE, EXEC_NODE}, listed
+    return agents
