@@ -626,11 +626,7 @@ class JobRunner:
                 directory=self.launcher.directory(run.handle),
                 start_time=format_time(run.started),
                 job_current_start_executing_date=int(run.started),
-                account=(
-                    self.launcher.account(run.handle)
-                    if isinstance(self.launcher, Accounting)
-                    else None
-                ),
+                account=self._account(run),
                 **measured,
             ),
         )
@@ -705,8 +701,16 @@ class JobRunner:
                 job_current_start_executing_date=int(outcome.start_time or run.started),
                 hold_reason=outcome.hold_reason,
                 hold_reason_code=outcome.hold_reason_code,
+                account=self._account(run),
             ),
         )
+
+    def _account(self, run: _Running) -> ExecutionAccount | None:
+        """Who the job runs (or ran) as, for every write of its execution: a write without
+        it would delete it."""
+        if not isinstance(self.launcher, Accounting):
+            return None
+        return self.launcher.account(run.handle)
 
     def _write(self, job: ExecutionJob, execution: JobExecution) -> None:
         """Write the answer to `status.execution`, with the schedd's fields it makes

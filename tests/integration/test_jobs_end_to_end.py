@@ -8,6 +8,8 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
+import stat
 import subprocess
 import sys
 import time
@@ -171,6 +173,24 @@ def job_cluster(
         yield made
     finally:
         dev.stop()
+
+
+def job_python() -> str:
+    """A Python interpreter a job may execute. Jobs never run as root (each drops to its
+    owner's or its slot's user), and this venv's interpreter may sit under /root (mode 0700),
+    out of a job's reach; the system's python3 is then used."""
+
+    def others_can_run(path: Path) -> bool:
+        real = path.resolve()
+        return bool(real.stat().st_mode & stat.S_IXOTH) and all(
+            parent.stat().st_mode & stat.S_IXOTH for parent in real.parents
+        )
+
+    if others_can_run(Path(sys.executable)):
+        return sys.executable
+    found = shutil.which("python3", path="/usr/local/bin:/usr/bin:/bin")
+    assert found is not None and others_can_run(Path(found)), "no python3 a job can run"
+    return found
 
 
 def process_job(name: str, script: str, **spec: Any) -> dict[str, Any]:
@@ -371,7 +391,7 @@ def test_a_job_over_its_slot_s_memory_is_oom_killed_and_held(cluster: Cluster) -
         pytest.skip(reason)
     grow = "b = bytearray(512 * 1024 * 1024)\nfor i in range(0, len(b), 4096): b[i] = 1\n"
     job = process_job("hog", "")
-    job["spec"]["process"] = {"executable": sys.executable, "arguments": ["-S", "-c", grow]}
+    job["spec"]["process"] = {"executable": job_python(), "arguments": ["-S", "-c", grow]}
     cluster.apply(job, user="alice")
     held = eventually(
         lambda: (j := cluster.job("hog"))["status"]["jobStatus"] == "Held" and j,
@@ -426,6 +446,11 @@ def test_a_crontab_job_runs_at_each_minute_and_stays_in_the_queue(
     """The manual's "CronTab Scheduling": `cronMinute: "*"` runs at the top of each minute,
     never before it, and the job is Idle again after each exit (on_exit_remove false)."""
     runs = tmp_path / "runs"
+    # Each run is a job of its own, never root and maybe another slot's user: the file it
+    # appends to is open to them all (and its directory crossable).
+    runs.touch()
+    runs.chmod(0o666)
+    tmp_path.chmod(0o711)
     script = f"date +%s.%N >> {runs}"
     job = process_job("every-minute", script, cronMinute="*", cronPrepTime=15, cronWindow=30)
     cluster.apply(job, user="alice")

@@ -85,9 +85,12 @@ def parse_user_accounts(text: str, *, field: str = USER_ACCOUNTS_KNOB) -> dict[s
 
 def merge_user_accounts(text: str, accounts: dict[str, tuple[int, int | None]]) -> str:
     """KONDOR_USER_ACCOUNTS's entries with `accounts` (the SlotPolicy's userAccounts) over
-    them, user by user, written back as the knob's text. The snippet's entries are kept as
-    written (they are checked when the policy is); a user name that the knob's syntax cannot
-    hold (white space, a comma or an equals sign) is refused."""
+    them, user by user, written back as the knob's text. The snippet's entries are checked
+    (uid 0 refused, naming condorConfig); a user name that the knob's syntax cannot hold
+    (white space, a comma or an equals sign) is refused."""
+    # The knob's own entries are checked first: a uid 0 there is refused even where the
+    # field maps the same user.
+    parse_user_accounts(text, field=f"condorConfig: {USER_ACCOUNTS_KNOB}")
     entries = {}
     for entry in _SEPARATORS.split(text.strip()):
         if entry:
@@ -95,8 +98,8 @@ def merge_user_accounts(text: str, accounts: dict[str, tuple[int, int | None]]) 
     for user, (uid, gid) in accounts.items():
         if not user or _SEPARATORS.search(user) or "=" in user:
             raise AccountError(
-                f"userAccounts: {user!r} is not a user name Kondor can map (no white space, "
-                "commas or equals signs)"
+                f"spec.userAccounts: {user!r} is not a user name Kondor can map (no white "
+                "space, commas or equals signs)"
             )
         entries[user] = f"{user}={uid}:{uid if gid is None else gid}"
     return ", ".join(entries.values())

@@ -179,7 +179,9 @@ def run_as_problems(
 
 def slot_user_ids(slot: str, base: int = DEFAULT_SLOT_UID_BASE) -> UnixIds:
     """The uid and gid of Kondor's own user for `slot` (slotN or slotN_M): base + 1000 x N
-    + M. The pod-job side calls this too, so a pod and a process in one slot share a uid."""
+    + M (`@machine` after the name is ignored). The pod-job side calls this too, so a pod
+    and a process in one slot share a uid."""
+    slot = slot.split("@", 1)[0]
     match = _SLOT_NAME.fullmatch(slot)
     if match is None:
         raise AccountError(f"{slot!r} is not a slot name (slotN or slotN_M)")
@@ -195,8 +197,9 @@ def slot_user_ids(slot: str, base: int = DEFAULT_SLOT_UID_BASE) -> UnixIds:
 
 def run_as(settings: RunAsSettings, *, owner: str | None, slot: str, job_ad: Any) -> Account:
     """The account the job with `job_ad` (owned by the authenticated `owner`) runs as in
-    `slot` (its name: slot1, slot1_2), following the starter's order; raises AccountError
-    rather than choosing root."""
+    `slot` (its name: slot1, slot1_2, with or without `@machine`), following the starter's
+    order; raises AccountError rather than choosing root."""
+    slot = slot.split("@", 1)[0]
     refused = _runas_owner_refused(settings, owner, job_ad)
     if refused is None:
         assert owner is not None

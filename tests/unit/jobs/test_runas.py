@@ -39,6 +39,10 @@ def ad(**attributes: Any) -> Any:
         # No mapping, no slot user: Kondor's own user of the slot (HTCondor: nobody).
         ({}, "bob", "slot1", ad(), ("slot1", 101000, 101000, "slot-user", True)),
         ({}, "bob", "slot1_2", ad(), ("slot1_2", 101002, 101002, "slot-user", True)),
+        # The slot ad's Name: the machine after `@` does not count.
+        ({}, "bob", "slot1_2@node-a", ad(), ("slot1_2", 101002, 101002, "slot-user", True)),
+        ({"SLOT1_2_USER": "7:8"}, "bob", "slot1_2@node-a", ad(),
+         ("slot1_2-user", 7, 8, "slot-user", False)),
         ({}, "bob", "slot12_7", ad(), ("slot12_7", 112007, 112007, "slot-user", True)),
         # The admin maps bob: STARTER_ALLOW_RUNAS_OWNER (default true) lets him run as himself.
         (BOB, "bob", "slot1_1", ad(), ("bob", 2002, 3002, "owner", False)),
@@ -156,6 +160,10 @@ def test_the_decision_refuses_root_even_past_admission() -> None:
         ({"condorConfig": "KONDOR_USER_ACCOUNTS = bob=0\n"},
          "spec.condorConfig: KONDOR_USER_ACCOUNTS: bob: uid 0 is root"),
         ({"condorConfig": "SLOT1_USER = root\n"}, "spec.condorConfig: SLOT1_USER = root"),
+        # The knob's uid 0 is refused even where the field maps the same user.
+        ({"userAccounts": {"bob": {"uid": 2002}}, "condorConfig": "KONDOR_USER_ACCOUNTS = bob=0\n"},
+         "spec.condorConfig: KONDOR_USER_ACCOUNTS: bob: uid 0 is root"),
+        ({"userAccounts": {"b ob": {"uid": 2002}}}, "spec.userAccounts: 'b ob' is not a user name"),
     ],
 )  # fmt: skip
 def test_admission_refuses_root_naming_the_field(spec: dict[str, Any], problem: str) -> None:
