@@ -20,6 +20,8 @@ from typing import Any
 
 import pytest
 
+from kondor_core.jobs.podsecurity import harden, least_level
+
 from .conftest import MACHINES, skip_reason
 from .test_jobs_end_to_end import Cluster, eventually, job_cluster, slot_policy
 
@@ -165,3 +167,85 @@ def test_a_pod_the_namespace_refuses_holds_the_job_with_the_api_servers_message(
     assert reason.startswith("Cannot create the job's pod: ")
     assert 'violates PodSecurity "restricted:latest"' in reason
     assert "runAsUser=0" in reason
+
+
+def _container(**security: Any) -> dict[str, Any]:
+    return {"containers": [{"name": "main", "image": "busybox", "securityContext": security}]}
+
+
+#: One template per control of the standard, as `kondor_core.jobs.podsecurity` judges them,
+#: against the judge Kubernetes ships: the API server's PodSecurity admission.
+ORACLE: dict[str, dict[str, Any]] = {
+    "plain": _container(),
+    "hostNetwork": {**_container(), "hostNetwork": True},
+    "hostPID": {**_container(), "hostPID": True},
+    "hostIPC": {**_container(), "hostIPC": True},
+    "privileged": _container(privileged=True),
+    "add NET_BIND_SERVICE": _container(capabilities={"add": ["NET_BIND_SERVICE"]}),
+    "add CHOWN": _container(capabilities={"add": ["CHOWN"]}),
+    "add SYS_ADMIN": _container(capabilities={"add": ["SYS_ADMIN"]}),
+    "drop NET_RAW only": _container(capabilities={"drop": ["NET_RAW"]}),
+    "hostPath": {**_container(), "volumes": [{"name": "h", "hostPath": {"path": "/tmp"}}]},
+    "nfs": {**_container(), "volumes": [{"name": "n", "nfs": {"server": "s", "path": "/"}}]},
+    "emptyDir": {**_container(), "volumes": [{"name": "e", "emptyDir": {}}]},
+    "hostPort": {
+        "containers": [
+            {"name": "main", "image": "busybox", "ports": [{"containerPort": 80, "hostPort": 8080}]}
+        ]
+    },
+    "seccomp Unconfined": {**_container(), "securityContext": {"seccompProfile": {"type": "Unconfined"}}},  # noqa: E501
+    "seccomp Localhost": _container(seccompProfile={"type": "Localhost", "localhostProfile": "p.json"}),  # noqa: E501
+    "appArmor Unconfined": _container(appArmorProfile={"type": "Unconfined"}),
+    "seLinux spc_t": _container(seLinuxOptions={"type": "spc_t"}),
+    "seLinux container_t": _container(seLinuxOptions={"type": "container_t"}),
+    "seLinux user": _container(seLinuxOptions={"user": "system_u"}),
+    "unsafe sysctl": {**_container(), "securityContext": {"sysctls": [{"name": "kernel.msgmax", "value": "65536"}]}},  # noqa: E501
+    "safe sysctl": {**_container(), "securityContext": {"sysctls": [{"name": "net.ipv4.tcp_syncookies", "value": "1"}]}},  # noqa: E501
+    "allowPrivilegeEscalation": _container(allowPrivilegeEscalation=True),
+    "runAsNonRoot false": {**_container(), "securityContext": {"runAsNonRoot": False}},
+    "runAsUser 0": _container(runAsUser=0),
+    "runAsUser 1000": _container(runAsUser=1000),
+}  # fmt: skip
+
+
+def test_each_control_is_judged_as_the_api_servers_pod_security_admission_judges_it(
+    cluster: Cluster,
+) -> None:
+    for level in ("restricted", "baseline"):
+        cluster.apply(
+            {
+                "apiVersion": "v1",
+                "kind": "Namespace",
+                "metadata": {
+                    "name": f"oracle-{level}",
+                    "labels": {
+                        "pod-security.kubernetes.io/enforce": level,
+                        "pod-security.kubernetes.io/enforce-version": "latest",
+                    },
+                },
+            }
+        )
+    time.sleep(1)
+
+    def admitted(pod: dict[str, Any], level: str) -> bool:
+        try:
+            cluster.kubectl(
+                "create", "--dry-run=server", "-n", f"oracle-{level}", "-f", "-", "-o", "name",
+                stdin=json.dumps(pod),
+            )  # fmt: skip
+        except AssertionError as refused:
+            assert "violates PodSecurity" in str(refused), refused  # not some other error
+            return False
+        return True
+
+    judged = {}
+    for case, spec in ORACLE.items():
+        pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "oracle"},
+               "spec": harden(spec)}  # fmt: skip
+        api_server = next(
+            (level for level in ("restricted", "baseline") if admitted(pod, level)), "privileged"
+        )
+        judged[case] = (least_level({"spec": spec}), api_server)
+    assert {case: pair for case, pair in judged.items() if pair[0] != pair[1]} == {}
+    # Every level is reached: the table is not judged all alike.
+    assert {kondor for kondor, _ in judged.values()} == {"restricted", "baseline", "privileged"}
