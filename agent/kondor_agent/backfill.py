@@ -28,6 +28,7 @@ from typing import Any, Protocol
 from kondor_agent.execute.cgroups import CgroupError, JobCgroups
 from kondor_agent.execute.privileges import drop_privileges, ensure_traversable, load_libc
 from kondor_core.api.backfill import BackfillSpec
+from kondor_core.jobs.podsecurity import DEFAULT_RUN_AS, harden
 from kondor_core.jobs.runas import AccountError, slot_user_ids
 from kondor_core.policy import BackfillExited, BackfillStarted, Event
 
@@ -52,7 +53,9 @@ class BackfillPods(Protocol):
 
 def backfill_pod(spec: BackfillSpec, slot: str, node: str) -> dict[str, Any]:
     """The Pod a slot's `pod` backfill runs as: the template, bound to the node, labelled with
-    the node and the slot, never restarted, named after both (DNS-1123)."""
+    the node and the slot, never restarted, named after both (DNS-1123), and hardened as a
+    job pod is where the template is silent (`kondor_core.jobs.podsecurity.harden`): the
+    slot's own user, no privilege escalation, no capabilities, seccomp RuntimeDefault."""
     assert spec.pod is not None
     template = spec.pod
     metadata = dict(template.get("metadata") or {})
@@ -62,7 +65,14 @@ def backfill_pod(spec: BackfillSpec, slot: str, node: str) -> dict[str, Any]:
         BACKFILL_SLOT_LABEL: _label(slot.split("@", 1)[0]),
     }
     name = re.sub(r"[^a-z0-9-]+", "-", f"backfill-{node}-{slot.split('@', 1)[0]}".lower())
-    pod_spec = {"restartPolicy": "Never", **dict(template["spec"]), "nodeName": node}
+    try:
+        ids = slot_user_ids(slot.split("@", 1)[0])
+        run_as = (ids.uid, ids.gid)
+    except AccountError:
+        run_as = DEFAULT_RUN_AS
+    pod_spec = harden(
+        {"restartPolicy": "Never", **dict(template["spec"]), "nodeName": node}, run_as
+    )
     return {
         "apiVersion": "v1",
         "kind": "Pod",

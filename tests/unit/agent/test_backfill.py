@@ -142,6 +142,17 @@ def test_a_pod_backfill_is_created_bound_to_the_node_and_deleted_on_kill(tmp_pat
         "kondor.io/backfill-slot": "slot1",
     }
     assert (manifest["spec"]["nodeName"], manifest["spec"]["restartPolicy"]) == ("node-a", "Never")
+    # Hardened as a job pod: slot1's own user, no escalation, no capabilities.
+    context = manifest["spec"]["securityContext"]
+    assert (context["runAsNonRoot"], context["runAsUser"], context["runAsGroup"]) == (
+        True,
+        101000,
+        101000,
+    )
+    assert manifest["spec"]["containers"][0]["securityContext"] == {
+        "allowPrivilegeEscalation": False,
+        "capabilities": {"drop": ["ALL"]},
+    }
     assert runner.events() == {"slot1@node-a": [BackfillStarted()]}
     assert runner.running == {"slot1@node-a"}
     runner.kill("slot1@node-a")
