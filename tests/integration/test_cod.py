@@ -27,6 +27,8 @@ from .test_jobs_end_to_end import Cluster, eventually, job_cluster, process_job,
 pytestmark = pytest.mark.timeout(180)
 
 NODE = "kwok-small-0"
+#: The uid the policy maps alice to (KONDOR_USER_ACCOUNTS): her COD application runs as it.
+ALICE_UID = 2001
 #: The FractGen application: prints its arguments, counts in its IWD until SIGTERM.
 FRACTGEN = """#!/bin/sh
 echo "fractgen $*"
@@ -39,6 +41,7 @@ while true; do i=$((i+1)); echo $i > count; sleep 0.05; done
 def policy(script: Path, iwd: Path) -> str:
     return f"""POLLING_INTERVAL = 1
 VALID_COD_USERS = alice, carol
+KONDOR_USER_ACCOUNTS = alice={ALICE_UID}
 FractGen_Cmd = "{script}"
 FractGen_Iwd = "{iwd}"
 FractGen_Out = "output"
@@ -58,6 +61,9 @@ def cod(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Cluster, Pat
     script.chmod(0o755)
     iwd = tmp / "cod-fractgen"
     iwd.mkdir()
+    # The application runs as its Owner, alice (mapped to a uid): its IWD is hers, as an
+    # admin makes the directory of an application writable by the user it runs as.
+    os.chown(iwd, ALICE_UID, ALICE_UID)
     policies = [slot_policy("cod", {"kondor.io/pool": "cpu"}, policy(script, iwd))]
     with job_cluster(tmp, [MACHINES / "kwok-small.yaml"], policies) as made:
         yield made, iwd
@@ -191,6 +197,7 @@ def test_alice_s_cod_application_freezes_bob_s_job_and_gives_the_slot_back(
     froze_after = time.monotonic() - started
     app_count = iwd / "count"
     eventually(lambda: count(app_count) > 3, 5, "alice's application counting")
+    assert app_count.stat().st_uid == ALICE_UID  # it runs as its Owner, not as root
     print(f"bob's job frozen {froze_after:.2f}s after the activation was written")
     held = count(bob_count)
     assert not moving(bob_count) and count(bob_count) == held  # stopped, not killed

@@ -37,10 +37,11 @@ case "$ad" in
     ;;
 *"RequeueOnce = true"*)
     # The first time, back to Idle (300); the next claim runs it.
-    if [ -e "$0.requeued" ]; then
+    # The hook runs as the job's user (never root): its mark goes where that user may write.
+    if [ -e "@MARKS@/requeued" ]; then
         echo "Arguments = \\"-c 'echo second try'\\""
     else
-        touch "$0.requeued"
+        touch "@MARKS@/requeued"
         echo 'HookStatusCode = 300'
         echo 'HookStatusMessage = "not now"'
     fi
@@ -64,8 +65,11 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     tmp = tmp_path_factory.mktemp("hooks")
     hooks = kondor.hooks_dir(Layout(tmp / "state"))
     hooks.mkdir(parents=True)
+    marks = tmp / "hook-marks"
+    marks.mkdir()
+    marks.chmod(0o1777)
     for name, text in (("prepare.sh", PREPARE), ("update.sh", UPDATE), ("exit.sh", EXIT)):
-        (hooks / name).write_text(text)
+        (hooks / name).write_text(text.replace("@MARKS@", str(marks)))
         (hooks / name).chmod(0o755)
     policy = slot_policy("hooks", {"kondor.io/pool": "cpu"}, POLICY)
     with job_cluster(tmp, [MACHINES / "kwok-small.yaml"], [policy]) as made:
