@@ -51,6 +51,8 @@ def test_a_pod_job_runs_as_non_root_with_no_capabilities(cluster: Cluster) -> No
     # bob has no mapped uid: the pod runs as its slot's own user, as a process job would.
     slot = done["status"]["execution"]["slot"].split("@", 1)[0]
     assert uid == slot_user_ids(slot).uid
+    account = done["status"]["execution"]["account"]  # who it ran as, in the job's status
+    assert (account["name"], account["uid"]) == (slot, uid)
     status = dict(re.findall(r"^(\w+):\s+(\S+)$", logs, re.MULTILINE))
     assert status["CapEff"] == status["CapPrm"] == status["CapBnd"] == "0000000000000000", logs
     assert status["NoNewPrivs"] == "1"
