@@ -3,7 +3,9 @@
 It takes the command line HTCondor's starter builds (`[-s|-d|-v] [-q] exec|test OPTIONS
 IMAGE [COMMAND ARGS]`) on a directory image. Where bubblewrap is installed (`bwrap`, as in
 CI: `apt-get install bubblewrap`) the command runs inside the image as Apptainer would run
-it: the image is the root, `-B` binds, `-S` a fresh tmpfs, `--pwd` the working directory,
+it, unprivileged in a user namespace as the job's user (jobs never run as root): the image's
+top directories on a fresh root (Apptainer's underlay), `-B` binds, `-S` a fresh tmpfs, `--pwd`
+the working directory,
 `-C` new PID and IPC namespaces, and only the `APPTAINERENV_` variables (unprefixed) make
 up the environment. Without bwrap it runs the command on the host in `--pwd` with those
 variables. `test` runs the image's `.singularity.d/test`, else succeeds.
@@ -48,7 +50,13 @@ if ! command -v bwrap >/dev/null 2>&1; then
   cd "$pwd_dir"
   exec env -i "${env_args[@]}" "$@"
 fi
-run=(bwrap --bind "$image" / --proc /proc --dev /dev "${wrap[@]}" --chdir "$pwd_dir" --clearenv)
+# Jobs run unprivileged (never root): as Apptainer's underlay does, the root is a fresh
+# tmpfs holding the image's top directories, so that bind points can be made in it.
+run=(bwrap --tmpfs /)
+shopt -s dotglob nullglob
+for entry in "$image"/*; do run+=(--bind "$entry" "/${entry##*/}"); done
+shopt -u dotglob nullglob
+run+=(--proc /proc --dev /dev "${wrap[@]}" --chdir "$pwd_dir" --clearenv)
 for pair in "${env_args[@]}"; do run+=(--setenv "${pair%%=*}" "${pair#*=}"); done
 [ $contain = 1 ] && run+=(--unshare-pid --unshare-ipc)
 exec "${run[@]}" -- "$@"

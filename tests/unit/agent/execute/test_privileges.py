@@ -10,12 +10,13 @@ import stat
 import sys
 from pathlib import Path
 
+import apptainer_stand_in
 import pytest
 from execute_fakes import wait_result
 
 from kondor_agent.execute.cgroups import JobCgroups
 from kondor_agent.execute.launcher import ProcessLauncher, environment_of
-from kondor_core.api import ProcessRuntime
+from kondor_core.api import ApptainerRuntime, ProcessRuntime
 from kondor_core.jobs.hooks import JobHooks
 from kondor_core.jobs.runas import Account, RunAsSettings, UnixIds, run_as, slot_user_ids
 
@@ -192,3 +193,30 @@ def test_the_jobs_hooks_run_as_the_job_does(tmp_path: Path) -> None:
     ad = (handle.scratch / "out").read_text()
     assert f"HookUid = {uid}" in ad and f'HookCapEff = "{NONE}"' in ad, ad
     assert (handle.scratch / "exit-uid").read_text().strip() == str(uid)
+
+
+def test_an_apptainer_job_runs_unprivileged_too(tmp_path: Path) -> None:
+    # apptainer itself is started by the dropped child: the stand-in (bubblewrap, in a user
+    # namespace, where installed) and what it runs have no capabilities and no new privileges.
+    bin_dir = tmp_path / "bin"
+    apptainer_stand_in.install(bin_dir)
+    launcher = ProcessLauncher(
+        tmp_path / "execute",
+        JobCgroups.disabled(),
+        search_path=str(bin_dir),
+        pid_namespaces=lambda: True,
+    )
+    image = apptainer_stand_in.busybox_image(tmp_path / "image.dir")
+    runtime = ApptainerRuntime(
+        image=str(image), executable="/bin/cat", arguments=["/proc/self/status"], output="out"
+    )
+    handle = launcher.launch("job-app", runtime, JOB_AD, MACHINE_AD, slot="slot1_3")
+    result = wait_result(launcher, handle)
+    assert result.state == "exited" and result.exit_code == 0, result
+    status = status_of((handle.scratch / "out").read_text())
+    uid = slot_user_ids("slot1_3").uid
+    assert status["Uid"].split() == [str(uid)] * 4  # bubblewrap maps the user to itself
+    for caps in ("CapPrm", "CapEff", "CapBnd"):
+        assert status[caps] == NONE, (caps, status[caps])
+    assert status["NoNewPrivs"] == "1"
+    assert (handle.scratch / "out").stat().st_uid == uid
