@@ -105,7 +105,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--cgroup-root",
         default="/kondor",
-        help="the cgroup under which job cgroups are made, in every hierarchy (default /kondor)",
+        help="the cgroup under which job cgroups are made, in every hierarchy (default /kondor); "
+        "empty: none (jobs run without limits and are not frozen)",
     )
     parser.add_argument(
         "--hooks-dir",
@@ -342,6 +343,9 @@ def _process_launcher(args: argparse.Namespace) -> ProcessLauncher:
     """Jobs run under the execute dir, in cgroups under the host's `/kondor` where this agent
     may create them, else without (said in the log: no limits, no freezing)."""
     try:
+        if not args.cgroup_root:
+            # Asked for none (the chart without agent.execution): whatever the host has.
+            raise CgroupError("--cgroup-root is empty")
         cgroups = JobCgroups.open(args.host_root, root=args.cgroup_root)
     except (CgroupError, OSError) as err:
         log.warning("jobs run without cgroups: %s", err)

@@ -40,7 +40,7 @@ def _want_build() -> bool:
 
 #: Modules whose cluster has the host's one real node (`realnode.claim_host`): under xdist they
 #: are one work unit, so one worker runs them one after the other.
-REAL_NODE_MODULES = frozenset({"test_real_node", "test_jobs_real_node", "test_image"})
+REAL_NODE_MODULES = frozenset({"test_real_node", "test_jobs_real_node", "test_helm", "test_image"})
 REAL_NODE_GROUP = "real-node"
 #: Pod jobs under Pod Security on the real node (issue 29) share it too.
 REAL_NODE_MODULES |= {"test_pod_security_real_node"}

@@ -30,3 +30,25 @@ def test_the_dev_cluster_values_keep_kondor_to_the_real_node(helm: Path) -> None
         c["imagePullPolicy"]
         for c in find(objects, "DaemonSet")["spec"]["template"]["spec"]["containers"]
     } == {"IfNotPresent"}
+
+
+def test_the_leader_lease_belongs_to_the_release_so_uninstall_removes_it(helm: Path) -> None:
+    objects = render(helm, crds=False, release="kondor")
+    lease = find(objects, "Lease")
+    assert lease["metadata"]["name"] == "kondor-operator"  # operator.leaderElection.lease
+    assert lease["metadata"]["labels"]["app.kubernetes.io/instance"] == "kondor"
+    assert lease["spec"] == {}  # the operators write the holder, never the chart
+    without = render(helm, "--set=operator.leaderElection.enabled=false", crds=False)
+    assert not [o for o in without if o["kind"] == "Lease"]
+
+
+def test_an_agent_that_does_not_carry_jobs_out_makes_no_job_cgroups(helm: Path) -> None:
+    # Without agent.execution the host's cgroups are read-only in the pod: an agent that found
+    # the default root (/kondor) on its node tried to create job cgroups there, and held jobs.
+    def agent_args(*values: str) -> list[str]:
+        daemonset = find(render(helm, *values, crds=False), "DaemonSet")
+        return list(daemonset["spec"]["template"]["spec"]["containers"][0]["args"])
+
+    assert "--cgroup-root=" in agent_args()
+    executing = agent_args("--set=agent.execution.enabled=true")
+    assert "--cgroup-root=/kondor" in executing and "--cgroup-root=" not in executing
