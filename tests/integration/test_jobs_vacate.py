@@ -169,6 +169,7 @@ def test_preempt_vacates_with_killsig_then_kills_after_machine_max_vacate_time(
     cluster, files, tmp = desks
     witness = tmp / "witness"
     witness.mkdir()
+    witness.chmod(0o1777)  # the job, never root (its slot's user), writes its marker here
     cluster.apply(process_job("trapper", TRAPPER.format(witness=witness)), user="alice")
     cluster.apply(process_job("ignorer", IGNORER), user="alice")
     running = {name: _running(cluster, name) for name in ("trapper", "ignorer")}
