@@ -107,6 +107,7 @@ def test_quick_vacates_at_once_and_fast_kills(
     cluster: Cluster, tmp_path: Path, mode: str, vacated: bool
 ) -> None:
     flag = tmp_path / "vacated"
+    tmp_path.chmod(0o1777)  # the job, never root (its slot's user), writes its flag here
     cluster.apply(trapping_job(mode, flag), user="alice")
     eventually(lambda: cluster.job(mode)["status"].get("jobStatus") == "Running", 60, "Running")
     started = time.monotonic()
