@@ -104,7 +104,7 @@ image: venv ## Build the image kondor:0.1.0 from the Dockerfile with buildah, no
 
 kind-up: image helm ## kind cluster from kind-config.yaml, image loaded, chart installed (Docker, kind)
 	kind create cluster --config kind-config.yaml
-	kind load docker-image kondor:0.1.0 --name kondor
+	kind load image-archive "$$($(BIN)/python tools/build_image.py)" --name kondor
 	$$($(BIN)/python tools/fetch_helm.py) upgrade --install kondor helm/kondor -n kondor-system \
 	    --create-namespace --set image.pullPolicy=Never --wait
 

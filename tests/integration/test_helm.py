@@ -360,16 +360,22 @@ def _freezer_state(pid: int, root: str) -> tuple[str, str]:
     host the one at /sys/fs/cgroup/unified) or the v1 freezer hierarchy (`freezer.state`)."""
     base = Path("/sys/fs/cgroup")
     unified = base / "unified" if (base / "unified" / "cgroup.procs").exists() else base
-    for line in Path(f"/proc/{pid}/cgroup").read_text().splitlines():
-        _id, controllers, path = line.split(":", 2)
-        if not path.startswith(root + "/"):
-            continue
-        if controllers == "":
-            events = (unified / path.lstrip("/") / "cgroup.events").read_text().split()
-            return path, "FROZEN" if events[events.index("frozen") + 1] == "1" else "THAWED"
-        if "freezer" in controllers.split(","):
-            state = base / "freezer" / path.lstrip("/") / "freezer.state"
-            return path, state.read_text().strip()
+    places = dict(
+        (controllers, path)
+        for _id, controllers, path in (
+            line.split(":", 2) for line in Path(f"/proc/{pid}/cgroup").read_text().splitlines()
+        )
+        if path.startswith(root + "/")
+    )
+    # The v2 tree freezes when it can (its cgroup.freeze); the v1 freezer only otherwise (a job
+    # also sits in its supervisor's cgroup of the v1 freezer hierarchy, which nothing freezes).
+    path = places.get("")
+    if path is not None and (unified / path.lstrip("/") / "cgroup.freeze").exists():
+        events = (unified / path.lstrip("/") / "cgroup.events").read_text().split()
+        return path, "FROZEN" if events[events.index("frozen") + 1] == "1" else "THAWED"
+    path = places.get("freezer")
+    if path is not None:
+        return path, (base / "freezer" / path.lstrip("/") / "freezer.state").read_text().strip()
     raise AssertionError(f"process {pid} is in no cgroup under {root}")
 
 
@@ -430,22 +436,6 @@ def test_a_process_job_is_frozen_and_thawed_in_its_cgroup_for_real(release: Rele
         release.kubectl("delete", "slotpolicy", "helm-suspend", "--ignore-not-found")
 
 
-#: A host with cgroup v1 hierarchies beside the unified one (this project's machines): the
-#: container runtime kills what is left of a dead container through its v1 freezer cgroup.
-HYBRID_CGROUPS = (
-    Path("/sys/fs/cgroup/freezer/freezer.state").exists()
-    or Path("/sys/fs/cgroup/freezer/tasks").exists()
-) and Path("/sys/fs/cgroup/unified/cgroup.procs").exists()
-
-
-@pytest.mark.xfail(
-    HYBRID_CGROUPS,
-    strict=True,
-    reason="known bug (agent/kondor_agent/execute/cgroups.py): on a hybrid cgroup host the job's "
-    "supervisor leaves the agent container's cgroups only in the hierarchies Kondor uses (unified "
-    "freeze, v1 memory/cpu/pids), not the v1 freezer one runc kills a dead container's processes "
-    "through, so the job dies with the agent and runs a second time (numJobStarts 2)",
-)
 def test_kill_9_of_the_in_cluster_agent_the_daemonset_restarts_it_and_the_job_completes_once(
     release: Release,
 ) -> None:

@@ -30,7 +30,7 @@ V1_UNLIMITED = 1 << 62
 #: The kubelet's parent cgroup of all pods: systemd driver first, then cgroupfs driver.
 KUBEPODS = ("/kubepods.slice", "/kubepods")
 
-_V1_CONTROLLERS = ("cpu", "cpuacct", "cpuset", "memory", "pids", "freezer", "blkio")
+_V1_CONTROLLERS = ("cpu", "cpuacct", "cpuset", "memory", "pids", "freezer", "blkio", "devices")
 
 
 class CgroupVersion(Enum):

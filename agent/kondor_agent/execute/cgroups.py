@@ -32,7 +32,7 @@ import errno
 import os
 import signal
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -49,6 +49,12 @@ from kondor_agent.execute.limits import (
 
 #: The cgroup (under the root) that supervisors sit in: outside the agent's, without limits.
 SUPERVISORS = "supervisors"
+
+#: v1 hierarchies Kondor limits nothing in, which a supervisor still leaves the agent's cgroup
+#: in: runc (1.1, without v2's cgroup.kill) finds a dead container's processes to kill in its
+#: `devices` cgroup and freezes them in its `freezer` one, so a supervisor left there would
+#: die with the agent's container and take its job along.
+_ESCAPED_V1 = ("devices", "freezer")
 
 #: A v1 memory limit at or above this reads as "unlimited".
 _V1_UNLIMITED = 1 << 62
@@ -136,6 +142,7 @@ class JobCgroups:
         freezer: _Hierarchy | None,
         killer: _Hierarchy | None,
         pids: _Hierarchy | None = None,
+        escaped: Sequence[_Hierarchy] = (),
         kill: Callable[[int, int], None] = os.kill,
     ) -> None:
         self.version = version
@@ -151,6 +158,8 @@ class JobCgroups:
         for hierarchy in found:
             if hierarchy is not None and all(h.base != hierarchy.base for h in self._all):
                 self._all.append(hierarchy)
+        # Only the supervisors' cgroup exists there; a job inherits its supervisor's place.
+        self._escaped = [h for h in escaped if all(h.base != o.base for o in self._all)]
 
     @classmethod
     def disabled(cls) -> JobCgroups:
@@ -211,6 +220,7 @@ class JobCgroups:
                 freezer = unified
             if unified.file("", "cgroup.kill").exists():
                 killer = unified
+        escaped = [controller(name) for name in _ESCAPED_V1]
         cgroups = cls(
             version=fs.version,
             memory=controller("memory"),
@@ -219,6 +229,7 @@ class JobCgroups:
             freezer=freezer,
             killer=killer,
             pids=controller("pids"),
+            escaped=[h for h in escaped if h is not None and not h.v2],
             kill=kill,
         )
         cgroups.create(SUPERVISORS)
@@ -285,7 +296,11 @@ class JobCgroups:
 
     def procs_files(self, cgroup: str) -> list[Path]:
         """The `cgroup.procs` of `cgroup` in every hierarchy a member must join."""
-        return [h.file(cgroup, "cgroup.procs") for h in self._all]
+        return [h.file(cgroup, "cgroup.procs") for h in self._hierarchies(cgroup)]
+
+    def _hierarchies(self, cgroup: str) -> list[_Hierarchy]:
+        """Where `cgroup` exists: every hierarchy, and the escaped ones for the supervisors'."""
+        return [*self._all, *self._escaped] if cgroup == SUPERVISORS else self._all
 
     def peak_memory_file(self, cgroup: str) -> Path | None:
         """The file holding the cgroup's peak memory in bytes, None when nothing records it."""
@@ -310,7 +325,7 @@ class JobCgroups:
 
     def create(self, cgroup: str, limits: CgroupLimits | None = None) -> None:
         """Create `cgroup` in every hierarchy (parents too), then apply `limits`."""
-        for hierarchy in self._all:
+        for hierarchy in self._hierarchies(cgroup):
             if hierarchy.v2:
                 self._enable_controllers(hierarchy, cgroup)
             _mkdir(hierarchy.dir(cgroup))
@@ -445,7 +460,7 @@ class JobCgroups:
 
     def remove(self, cgroup: str) -> None:
         """Remove `cgroup` (empty of processes) from every hierarchy; absent is fine."""
-        for hierarchy in self._all:
+        for hierarchy in self._hierarchies(cgroup):
             try:
                 _rmdir(hierarchy.dir(cgroup))
             except CgroupError as err:
@@ -453,7 +468,7 @@ class JobCgroups:
 
     def remove_root(self) -> None:
         """Remove the supervisors' cgroup, the slots' and the root (all empty of processes)."""
-        for hierarchy in self._all:
+        for hierarchy in [*self._all, *self._escaped]:
             top = hierarchy.dir("")
             if not top.is_dir():
                 continue

@@ -76,6 +76,7 @@ def v1_tree(root: Path) -> Path:
             "cpu,cpuacct/cpuacct.usage": "0\n",
             "freezer/freezer.state": "THAWED\n",
             "pids/tasks": "1\n",
+            "devices/devices.list": "a *:* rwm\n",
             "systemd/cgroup.procs": "1\n",
         },
     )

@@ -139,6 +139,26 @@ def test_hybrid_limits_in_v1_and_freezes_and_kills_through_the_unified_tree(
     assert joined == {"memory", "cpu", "pids", "unified"}
 
 
+def test_a_supervisor_also_leaves_the_v1_devices_and_freezer_cgroups_runc_kills_through(
+    tmp_path: Path,
+) -> None:
+    # runc 1.1 kills what is left of a dead container through its v1 `devices` cgroup (and
+    # freezes it through `freezer`): a supervisor still there would die with the agent's pod.
+    cgroups = JobCgroups.open(hybrid_tree(tmp_path))
+    supervisors = {
+        p.relative_to(tmp_path / CG).parts[0] for p in cgroups.procs_files("supervisors")
+    }
+    assert supervisors == {"memory", "cpu", "pids", "unified", "devices", "freezer"}
+    assert (tmp_path / CG / "devices/kondor/supervisors").is_dir()
+    # A job inherits its supervisor's place there: its own cgroup exists only where it is limited.
+    leaf = JobCgroups.job_cgroup("slot1", "j")
+    cgroups.create(leaf)
+    assert not (tmp_path / CG / "devices/kondor/slot1").exists()
+    cgroups.remove(leaf)
+    cgroups.remove_root()
+    assert not (tmp_path / CG / "devices/kondor").exists()
+
+
 def test_v1_kill_freezes_signals_every_pid_then_thaws(tmp_path: Path) -> None:
     fake = Kills()
     cgroups = JobCgroups.open(v1_tree(tmp_path), kill=fake)
