@@ -247,7 +247,9 @@ def test_job_webhooks_are_those_kopf_would_register(objects: list[dict[str, Any]
         assert {k: v for k, v in rule.items() if k != "scope"} == {
             k: v for k, v in kopf_rule.items() if k != "scope"
         }
-        assert webhook["failurePolicy"] == "Ignore"  # the values' default, as for SlotPolicies
+        # The owner-setting webhook fails closed; the others follow the values (Ignore).
+        expected_policy = "Fail" if handler_id == MUTATE_JOB_ID else "Ignore"
+        assert webhook["failurePolicy"] == expected_policy
         assert webhook["sideEffects"] == "None"
     mutating = find(objects, "MutatingWebhookConfiguration")["webhooks"]
     assert [hook["name"] for hook in mutating] == [
