@@ -461,6 +461,72 @@ def test_kill_9_of_the_in_cluster_agent_the_daemonset_restarts_it_and_the_job_co
     assert status["execution"]["directory"] == running["directory"]
 
 
+def _operator_pid(pod_name: str) -> int:
+    """The host pid of the operator process of pod `pod_name` (its POD_NAME, from the chart)."""
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            argv = (entry / "cmdline").read_bytes().split(b"\0")
+            environ = (entry / "environ").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if any(w.endswith(b"kondor-operator") for w in argv[:2]) and (
+            f"POD_NAME={pod_name}".encode() in environ
+        ):
+            return int(entry.name)
+    raise AssertionError(f"no operator process of pod {pod_name}")
+
+
+def test_with_two_operators_jobs_are_admitted_while_the_killed_leader_still_holds_the_lease(
+    release: Release,
+) -> None:
+    release.helm(
+        "upgrade",
+        RELEASE,
+        str(CHART),
+        "-n",
+        NAMESPACE,
+        *release.values(*EXECUTING, "operator.replicas=2"),
+        "--wait",
+        "--timeout=240s",
+    )
+
+    def operators() -> list[dict[str, Any]]:
+        return [
+            p
+            for p in release.pods()
+            if _component(p) == "operator" and not p["metadata"].get("deletionTimestamp")
+        ]
+
+    eventually(lambda: len(operators()) == 2 and all(map(_ready, operators())), 180, "2 ready")
+
+    def holder() -> str:
+        lease = release.get("lease", "kondor-operator", "-n", NAMESPACE)
+        return str(lease["spec"].get("holderIdentity") or "")
+
+    names = {p["metadata"]["name"]: p["status"]["podIP"] for p in operators()}
+    leader = eventually(lambda: holder() if holder() in names else None, 60, "a leader")
+    # Killed, it cannot release its Lease; deleted, its pod leaves the webhook's endpoints (the
+    # Deployment's replacement has another name, so the Lease still names the dead leader).
+    os.kill(_operator_pid(leader), signal.SIGKILL)
+    release.kubectl("delete", "pod", "-n", NAMESPACE, leader, "--grace-period=0", "--force")
+
+    def endpoints_without_it() -> bool:
+        endpoints = release.get("endpoints", "-n", NAMESPACE, f"{RELEASE}-webhook")
+        subsets = endpoints.get("subsets") or []
+        ready = {a["ip"] for s in subsets for a in s.get("addresses", [])}
+        return bool(ready) and names[leader] not in ready
+
+    eventually(endpoints_without_it, 30, "the dead leader gone from the webhook's endpoints")
+    for number in range(3):
+        name = f"after-the-leader-{number}"
+        _apply(release, _process_job(name, "exit 0"))  # alice, naming no owner
+        assert release.job(name)["spec"]["owner"] == "alice"
+    assert holder() == leader, "admitted by replicas of which none leads yet"
+    eventually(lambda: holder() not in ("", leader), 60, "a surviving replica leading")
+
+
 def pod_uid(release: Release, component: str) -> str:
     pod = next(p for p in release.pods() if _component(p) == component)
     return str(pod["metadata"]["uid"])

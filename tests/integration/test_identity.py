@@ -107,7 +107,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Identities]:
 
 
 def job(name: str, owner: str | None = None) -> str:
-    manifest = process_job(name, "sleep 600")
+    manifest = process_job(name, "sleep 60")  # not left running long after the cluster
     if owner is not None:
         manifest["spec"]["owner"] = owner
     return yaml.safe_dump(manifest)

@@ -55,8 +55,11 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
 
 
 def test_forty_jobs_on_eight_slots(cluster: Cluster, tmp_path: Path) -> None:
+    # The jobs run as their slots' users (never root): one log they may all append to.
+    tmp_path.chmod(0o711)
     log = tmp_path / "runs.log"
     log.touch()
+    log.chmod(0o666)
     names = [f"job-{i:02d}" for i in range(40)]
     script = (
         f'echo "start $0 $(date +%s.%N)" >> {log}; sleep 1; echo "end $0 $(date +%s.%N)" >> {log}'

@@ -105,13 +105,18 @@ def stop_operator(operator: Operator, admin: client.ApiClient) -> None:
         operator.process.kill()
         operator.process.wait()
     if operator.webhook_configuration:
-        try:
-            client.AdmissionregistrationV1Api(admin).delete_validating_webhook_configuration(
-                operator.webhook_configuration
-            )
-        except ApiException as error:
-            if error.status != 404:
-                raise
+        # Both kinds: the owner-setting mutating webhooks fail closed, so one left pointing at
+        # this stopped operator would refuse every later job.
+        webhooks = client.AdmissionregistrationV1Api(admin)
+        for delete in (
+            webhooks.delete_validating_webhook_configuration,
+            webhooks.delete_mutating_webhook_configuration,
+        ):
+            try:
+                delete(operator.webhook_configuration)
+            except ApiException as error:
+                if error.status != 404:
+                    raise
     try:
         client.CoordinationV1Api(admin).delete_namespaced_lease(operator.lease, "default")
     except ApiException as error:
