@@ -231,11 +231,19 @@ class ProcessLauncher:
         directory = self.execute_dir / job_id
         scratch = directory / records.SCRATCH
         ids = self._ids(account, slot)
+        self.execute_dir.mkdir(parents=True, exist_ok=True)
         try:
-            self.execute_dir.mkdir(parents=True, exist_ok=True)
             directory.mkdir(mode=0o711)
         except FileExistsError:
-            raise LaunchError(f"{directory}: the job {job_id!r} was already launched") from None
+            supervisor = _read_int(directory / records.SUPERVISOR_PID)
+            if supervisor is not None and _process_alive(supervisor, directory):
+                raise LaunchError(f"{directory}: the job {job_id!r} was already launched") from None
+            # What an earlier job of the same name left, whose deletion this node never saw
+            # (its cluster went away, or the agent was down): as the startd cleans its
+            # execute directory, it goes, and the new job starts afresh.
+            log.warning("%s: removing what an earlier job %r left", directory, job_id)
+            shutil.rmtree(directory)
+            directory.mkdir(mode=0o711)
         if self._switches:
             self._prepare_execute_dir()
             # The job's account may cross its own directory to its scratch, and read nothing.

@@ -199,11 +199,26 @@ def _zombie(pid: int) -> bool:
         return True
 
 
-def test_a_job_id_launched_twice_is_refused(launcher: ProcessLauncher) -> None:
-    handle = launcher.launch("job-2", sh("exit 0"), JOB_AD, MACHINE_AD, slot="slot1")
+def test_a_job_id_launched_twice_is_refused_while_it_runs(launcher: ProcessLauncher) -> None:
+    handle = launcher.launch("job-2", sh("exec sleep 30"), JOB_AD, MACHINE_AD, slot="slot1")
+    wait_for(lambda: launcher.job_pid(handle) is not None)
     with pytest.raises(LaunchError, match="already launched"):
         launcher.launch("job-2", sh("exit 0"), JOB_AD, MACHINE_AD, slot="slot1")
-    wait_result(launcher, handle)
+    launcher.remove(handle)
+
+
+def test_what_an_ended_job_of_the_same_id_left_is_replaced(launcher: ProcessLauncher) -> None:
+    # A job deleted while its node's agent (or its whole cluster) was away leaves its
+    # directory; a new job of the same namespace and name starts afresh, not refused.
+    first = launcher.launch(
+        "job-3", sh("echo old > mark; exit 1"), JOB_AD, MACHINE_AD, slot="slot1"
+    )
+    assert wait_result(launcher, first).exit_code == 1
+    supervisor = int((first.directory / records.SUPERVISOR_PID).read_text())
+    wait_for(lambda: not Path(f"/proc/{supervisor}").exists() or _zombie(supervisor))
+    second = launcher.launch("job-3", sh("exit 0"), JOB_AD, MACHINE_AD, slot="slot1")
+    assert wait_result(launcher, second).exit_code == 0
+    assert not (second.directory / records.SCRATCH / "mark").exists()
 
 
 def test_a_lost_supervisor_is_reported_not_waited_for(launcher: ProcessLauncher) -> None:
