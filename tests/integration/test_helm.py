@@ -79,6 +79,19 @@ class Release:
         base = [self.kubectl_bin, f"--kubeconfig={self.kubeconfig}", f"--context={user}"]
         return self.run([*base, *args], check=check)
 
+    def upgrade(self, *values: str) -> None:
+        """`helm upgrade` of the release to this test's values and `values`, waiting for it."""
+        self.helm(
+            "upgrade",
+            RELEASE,
+            str(CHART),
+            "-n",
+            NAMESPACE,
+            *self.values(*values),
+            "--wait",
+            "--timeout=240s",
+        )
+
     def helm(self, *args: str) -> str:
         base = [str(self.helm_bin), f"--kubeconfig={self.kubeconfig}", "--kube-context=admin"]
         return self.run([*base, *args])
@@ -297,16 +310,7 @@ EXECUTING = ("agent.execution.enabled=true", "operator.verbose=true")
 
 def test_helm_upgrade_with_a_changed_value_rolls_the_pods(release: Release) -> None:
     before = {p["metadata"]["uid"] for p in release.pods()}
-    release.helm(
-        "upgrade",
-        RELEASE,
-        str(CHART),
-        "-n",
-        NAMESPACE,
-        *release.values(*EXECUTING),
-        "--wait",
-        "--timeout=240s",
-    )
+    release.upgrade(*EXECUTING)
     pods = eventually(lambda: _all_ready(release, before), 180, "new operator and agent pods")
     agent = next(p for p in pods if _component(p) == "agent")
     assert agent["spec"]["hostPID"] is True
@@ -481,16 +485,7 @@ def _operator_pid(pod_name: str) -> int:
 def test_with_two_operators_jobs_are_admitted_while_the_killed_leader_still_holds_the_lease(
     release: Release,
 ) -> None:
-    release.helm(
-        "upgrade",
-        RELEASE,
-        str(CHART),
-        "-n",
-        NAMESPACE,
-        *release.values(*EXECUTING, "operator.replicas=2"),
-        "--wait",
-        "--timeout=240s",
-    )
+    release.upgrade(*EXECUTING, "operator.replicas=2")
 
     def operators() -> list[dict[str, Any]]:
         return [

@@ -66,18 +66,6 @@ DEFAULT_SLOT_UID_BASE = 100000
 #: Room for the dynamic slots of one slot: slotN_M is base + 1000 x N + M (M < 1000).
 SLOT_UID_STRIDE = 1000
 
-#: The knobs this module reads (upper case), kept in the policy's macros.
-KNOBS = (
-    "STARTER_ALLOW_RUNAS_OWNER",
-    "UID_DOMAIN",
-    "TRUST_UID_DOMAIN",
-    "SOFT_UID_DOMAIN",
-    "NOBODY_SLOT_USER",
-    "DEDICATED_EXECUTE_ACCOUNT_REGEXP",
-    "EXECUTE_LOGIN_IS_DEDICATED",
-    USER_ACCOUNTS_KNOB,
-    SLOT_UID_BASE_KNOB,
-)
 #: SLOT<N>_USER and SLOT<N>_<M>_USER.
 SLOT_USER_KNOB = re.compile(r"SLOT(\d+)(?:_(\d+))?_USER", re.IGNORECASE)
 _SLOT_NAME = re.compile(r"slot(\d+)(?:_(\d+))?", re.IGNORECASE)
