@@ -3,8 +3,8 @@ SHELL := /bin/bash
 PYTHON ?= python3.11
 VENV ?= .venv
 BIN := $(VENV)/bin
-SRC := core operator agent cli devcluster
-PKGS := -p kondor_core -p kondor_operator -p kondor_agent -p kondor_cli -p kondor_devcluster
+SRC := core kube operator agent cli devcluster
+PKGS := -p kondor_core -p kondor_kube -p kondor_operator -p kondor_agent -p kondor_cli -p kondor_devcluster
 
 .DEFAULT_GOAL := help
 
