@@ -35,8 +35,8 @@ from kondor_core.jobs.deferral import (
     start_decision,
 )
 from kondor_core.jobs.hooks import HOOK_PREPARE_JOB_FAILURE, PREPARE_JOB_FAILED
-from kondor_core.negotiation.schedd import answer_patch
 from kondor_core.policy import Action, ActionKind, Event
+from kondor_core.schedd.follow import answer_patch
 from kondor_core.slots import SlotAd
 from kondor_core.startd.claims import Ended, job_id, schedd_events
 

@@ -1,5 +1,5 @@
 """The operator's schedd and negotiator loop: gather from the operator's job and
-ExecutionPoint tables, call `kondor_core.negotiation.schedd`, write what it decided.
+ExecutionPoint tables, call `kondor_core.schedd`, write what it decided.
 
 ExecutionJobs (all namespaces) and ExecutionPoints come parsed from the operator's own
 watches (`kondor_operator.jobwatch`, `kondor_operator.epwatch`; DESIGN.md, "Scale": no
@@ -53,13 +53,10 @@ from kondor_core.api import (
 )
 from kondor_core.api.pool import CycleStats, PoolStatus
 from kondor_core.negotiation.poolconfig import PoolConfigError, pool_settings
-from kondor_core.negotiation.schedd import (
-    JobChange,
-    changes_with_time,
-    plan_cycle,
-    status_patch,
-)
-from kondor_core.negotiation.schedd import follow as follow_job
+from kondor_core.schedd.change import JobChange, status_patch
+from kondor_core.schedd.cycle import plan_cycle
+from kondor_core.schedd.follow import changes_with_time
+from kondor_core.schedd.follow import follow as follow_job
 from kondor_operator.metrics import Metrics
 
 logger = logging.getLogger(__name__)

@@ -17,7 +17,7 @@ from kondor_agent.kube import ConflictError
 from kondor_agent.loop import Agent, AgentConfig
 from kondor_core.api import ExecutionJob, JobExecution, PoolSpec
 from kondor_core.api.meta import apply_merge_patch
-from kondor_core.negotiation.schedd import follow
+from kondor_core.schedd.follow import follow
 from kondor_core.slots import SlotAd
 
 NODE = "node-a"

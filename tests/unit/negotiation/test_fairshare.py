@@ -9,7 +9,7 @@ from typing import Any
 
 from kondor_core.api import ExecutionJob, ExecutionPoint, format_time
 from kondor_core.api.pool import PoolSpec, PoolStatus
-from kondor_core.negotiation.schedd import CyclePlan, plan_cycle
+from kondor_core.schedd.cycle import CyclePlan, plan_cycle
 
 from .test_schedd import NOW, execution_point, job
 

@@ -23,17 +23,10 @@ from kondor_core.api import (
     format_time,
 )
 from kondor_core.config import compile_policy
-from kondor_core.negotiation import schedd
-from kondor_core.negotiation.schedd import (
-    JobChange,
-    answer_patch,
-    changes_with_time,
-    follow,
-    is_nice,
-    plan_cycle,
-    status_patch,
-    submitter_usage,
-)
+from kondor_core.schedd.change import JobChange, status_patch
+from kondor_core.schedd.cycle import plan_cycle, submitter_usage
+from kondor_core.schedd.follow import answer_patch, changes_with_time, follow
+from kondor_core.schedd.identity import ad_of, is_nice
 
 ROOT = Path(__file__).resolve().parents[3]
 NOW = 1_800_000_000.0
@@ -458,14 +451,14 @@ def test_a_new_generation_of_a_job_is_a_new_ad() -> None:
         update={"metadata": first.metadata.model_copy(update={"generation": 1})}
     )
     assert submitter_usage([first], SETTINGS) == {}
-    ads = [schedd._ad(first), schedd._ad(first)]
+    ads = [ad_of(first), ad_of(first)]
     assert ads[0] is ads[1]
     second = job({"jobStatus": "Idle", "clusterId": 7}, requestCpus=4)
     second = second.model_copy(
         update={"metadata": second.metadata.model_copy(update={"generation": 2})}
     )
-    assert schedd._ad(second).eval("RequestCpus") == 4
-    assert schedd._ad(first).eval("RequestCpus") == 1
+    assert ad_of(second).eval("RequestCpus") == 4
+    assert ad_of(first).eval("RequestCpus") == 1
 
 
 def test_the_patch_nulls_what_is_cleared_and_leaves_the_rest() -> None:

@@ -7,7 +7,8 @@ from __future__ import annotations
 import datetime as dt
 
 from kondor_core.api import ExecutionJob, ExecutionJobStatus, PoolSpec, format_time
-from kondor_core.negotiation.schedd import follow, plan_cycle
+from kondor_core.schedd.cycle import plan_cycle
+from kondor_core.schedd.follow import follow
 
 from .test_schedd import MATCHED, answer, execution_point, job
 

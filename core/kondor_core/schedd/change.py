@@ -1,0 +1,45 @@
+"""What the schedd writes for one job (`JobChange`) and the merge patch of the status
+subresource that carries it (`status_patch`): the schedd's fields, never the agent's
+`execution`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from kondor_core.api import (
+    ExecutionJobStatus,
+    merge_patch,
+)
+
+#: The operator's part of the status: every field but the agent's `execution`.
+_AGENT_FIELD = "execution"
+
+
+@dataclass(frozen=True)
+class JobChange:
+    """What the operator writes for one job: its new status (the operator's fields; the
+    agent's `execution` is carried as read and never written) and the ExecutionPoint it is
+    matched to (None: none), with a short why for the log."""
+
+    namespace: str
+    name: str
+    status: ExecutionJobStatus
+    execution_point: str | None
+    why: str
+
+
+def operator_part(status: ExecutionJobStatus) -> dict[str, Any]:
+    dumped = status.dump()
+    dumped.pop(_AGENT_FIELD, None)
+    return dumped
+
+
+def status_patch(old: ExecutionJobStatus | None, new: ExecutionJobStatus) -> dict[str, Any]:
+    """The merge patch of the status subresource that turns the operator's fields of `old`
+    into those of `new` (a field gone becomes null); `execution`, the agent's, is never in
+    it. Empty when nothing changes."""
+    before = operator_part(old) if old is not None else {}
+    patch = merge_patch(before, operator_part(new))
+    return {"status": patch} if patch else {}
