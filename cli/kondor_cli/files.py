@@ -16,7 +16,7 @@ from kondor_core.api import (
 )
 from kondor_core.classads import parse_ad
 from kondor_core.inputs import InputError, load_yaml
-from kondor_core.policy.scenario import Scenario, load_scenario
+from kondor_core.sim.scenario import Scenario, load_scenario
 
 
 class UserError(Exception):

@@ -30,7 +30,7 @@ from kondor_core.api import ExecutionJob
 from kondor_core.config import compile_policy, render_policy
 from kondor_core.errors import KondorError
 from kondor_core.jobs import job_ad
-from kondor_core.negotiation import replay, simulate
+from kondor_core.sim import replay, simulate
 
 
 def _simulate(args: argparse.Namespace) -> int:
@@ -63,7 +63,7 @@ def _simulate(args: argparse.Namespace) -> int:
 
 
 def _timeline(args: argparse.Namespace) -> int:
-    """`kondor simulate --timeline`: replay a scenario (kondor_core.negotiation.replay)."""
+    """`kondor simulate --timeline`: replay a scenario (kondor_core.sim.replay)."""
     if args.output == "classad":
         raise UserError("--timeline prints a table or json, not classad")
     if args.machine is not None or args.policy is not None or args.request:

@@ -9,7 +9,7 @@ import classad2
 
 from kondor_cli.files import UserError
 from kondor_core.classads import ExpressionError, parse_expr
-from kondor_core.negotiation import Placement
+from kondor_core.sim import Placement
 
 _STANDARD = ("Cpus", "Memory", "Disk", "GPUs")
 

@@ -18,7 +18,7 @@ from kubernetes import client, config
 
 from kondor_core.api import ExecutionPointStatus, Machine, SlotPolicy, validate
 from kondor_core.config import compile_policy
-from kondor_core.negotiation import simulate
+from kondor_core.sim import simulate
 from kondor_devcluster.cluster import ClusterSpec, DevCluster, free_port
 
 from .conftest import ROOT, skip_reason

@@ -9,10 +9,9 @@ Use:
     policy = StartdPolicy.compile({"START": "...", ...})   # or StartdPolicy.from_effective(...)
     slot, actions = step(policy, slot, facts, job_ad, now, events)        # one slot
     result = step_machine(policy, machine, facts, now, events, ...)       # a whole machine
-    timeline = run_timeline(policy, machine, steps, until=3600)           # replay a day
 
-`kondor_core.policy.scenario` validates the scenario files of `kondor simulate
---timeline`; `kondor_core.negotiation.replay` replays them with a job queue.
+Replaying a policy over simulated time (`run_timeline`), the scenario files of `kondor
+simulate --timeline` and their replay with a job queue are simulators, in `kondor_core.sim`.
 """
 
 from kondor_core.policy import defaults
@@ -50,7 +49,6 @@ from kondor_core.policy.model import (
     Transition,
     Vacate,
 )
-from kondor_core.policy.timeline import SimulatedAgent, Timeline, TimelineStep, run_timeline
 from kondor_core.policy.transitions import (
     accepts,
     advertised,
@@ -87,14 +85,11 @@ __all__ = [
     "ResumeForCod",
     "Shutdown",
     "ShutdownMode",
-    "SimulatedAgent",
     "SlotKind",
     "SlotState",
     "StartdPolicy",
     "State",
     "SuspendForCod",
-    "Timeline",
-    "TimelineStep",
     "Transition",
     "Vacate",
     "accepts",
@@ -104,7 +99,6 @@ __all__ = [
     "rank",
     "retirement_remaining",
     "rewrite_time",
-    "run_timeline",
     "step",
     "step_machine",
 ]

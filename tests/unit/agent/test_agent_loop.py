@@ -21,7 +21,7 @@ from agent_fakes import (
 from kondor_agent.loop import Agent, AgentConfig
 from kondor_agent.metrics import AgentMetrics
 from kondor_core.config import compile_policy
-from kondor_core.negotiation import simulate
+from kondor_core.sim import simulate
 
 NODE = "gpu-mixed"
 

@@ -28,9 +28,10 @@ from kondor_core import startd
 from kondor_core.api import ExecutionJob, Machine, SlotPolicy
 from kondor_core.config import compile_policy
 from kondor_core.jobs import job_ad
-from kondor_core.negotiation import IdleJob, negotiate, replay, simulate, slot_offer
+from kondor_core.negotiation import IdleJob, negotiate, slot_offer
 from kondor_core.policy import ActivateClaim, Match
-from kondor_core.policy.scenario import Scenario, Step
+from kondor_core.sim import replay, simulate
+from kondor_core.sim.scenario import Scenario, Step
 from kondor_core.slots import LayoutError
 
 POLICIES = sorted(

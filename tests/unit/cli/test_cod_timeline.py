@@ -10,8 +10,8 @@ import pytest
 
 from kondor_cli.files import load_scenario_file
 from kondor_cli.main import main
-from kondor_core.negotiation import replay
-from kondor_core.policy.scenario import ScenarioError, load_scenario
+from kondor_core.sim import replay
+from kondor_core.sim.scenario import ScenarioError, load_scenario
 
 SCENARIO = Path(__file__).resolve().parents[3] / "examples" / "cod" / "timeline.yaml"
 

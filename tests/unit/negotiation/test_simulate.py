@@ -13,7 +13,7 @@ from kondor_core.api.machine import Machine
 from kondor_core.config.effective import EffectivePolicy, SlotTypeDef
 from kondor_core.config.shares import parse_shares
 from kondor_core.jobs import job_ad
-from kondor_core.negotiation import Placement, simulate
+from kondor_core.sim import Placement, simulate
 from kondor_core.slots import LayoutError
 
 

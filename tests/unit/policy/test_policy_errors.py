@@ -14,11 +14,10 @@ from kondor_core.policy import (
     Match,
     SlotState,
     StartdPolicy,
-    TimelineStep,
-    run_timeline,
     step,
     step_machine,
 )
+from kondor_core.sim import TimelineStep, run_timeline
 
 
 @pytest.mark.parametrize(

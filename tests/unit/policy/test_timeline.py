@@ -13,11 +13,8 @@ from kondor_core.policy import (
     JobExited,
     MachineState,
     Match,
-    SimulatedAgent,
-    Timeline,
-    TimelineStep,
-    run_timeline,
 )
+from kondor_core.sim import SimulatedAgent, Timeline, TimelineStep, run_timeline
 
 IDLE = {"LoadAvg": 0.05, "CondorLoadAvg": 0.0, "KeyboardIdle": 0, "ConsoleIdle": 0}
 

@@ -63,15 +63,14 @@ from kondor_core.policy import (
     ReleaseClaim,
     Shutdown,
     ShutdownMode,
-    SimulatedAgent,
     State,
     Transition,
     Vacate,
 )
 from kondor_core.policy.model import Fact
-from kondor_core.policy.scenario import Scenario, Step
-from kondor_core.policy.timeline import agent_answer, grown_facts
-from kondor_core.startd.codsim import CodTimeline
+from kondor_core.sim.codsim import CodTimeline
+from kondor_core.sim.scenario import Scenario, Step
+from kondor_core.sim.timeline import SimulatedAgent, agent_answer, grown_facts
 
 #: The annotation that makes a job ignore its soft-kill signal (KillSig).
 IGNORE_SOFT_KILL = "kondor.io/ignore-soft-kill"
@@ -141,7 +140,7 @@ class Replay:
     startd: startd.Startd = field(repr=False, compare=False)
     #: The policy compiler's warnings (knobs Kondor does not implement, ...).
     warnings: tuple[str, ...] = ()
-    #: The COD claims' state changes (`kondor_core.startd.codsim`), with the batch claim's.
+    #: The COD claims' state changes (`kondor_core.sim.codsim`), with the batch claim's.
     cod: tuple[dict[str, Any], ...] = ()
 
     def as_dict(self) -> dict[str, Any]:

@@ -25,7 +25,7 @@ from pydantic.alias_generators import to_camel
 from kondor_core.api import ExecutionJob, InvalidObjectError, Machine, SlotPolicy, validate
 from kondor_core.errors import KondorError
 from kondor_core.inputs import check_attribute_name, check_number
-from kondor_core.policy.timeline import MAX_TICKS
+from kondor_core.sim.timeline import MAX_TICKS
 
 #: Commands a step may give, as the admin's tools name them ("Machine States": condor_vacate,
 #: condor_drain -graceful/-quick/-fast and -cancel, condor_off -graceful/-peaceful/-fast).

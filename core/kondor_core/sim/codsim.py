@@ -11,7 +11,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from kondor_core.policy.model import Activity, Event
-from kondor_core.policy.scenario import CodStep
+from kondor_core.sim.scenario import CodStep
 from kondor_core.startd import cod
 from kondor_core.startd.node import Startd, published_ads
 
