@@ -28,7 +28,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from kondor_agent.execute.cgroups import SUPERVISORS, CgroupError, JobCgroups
-from kondor_agent.execute.launcher import JobHandle, ProcessLauncher
+from kondor_agent.runtimes.process_launcher import JobHandle, ProcessLauncher
 from kondor_core.api import ProcessRuntime
 
 AD = 'MyType = "Job"'

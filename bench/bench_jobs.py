@@ -101,10 +101,10 @@ def agent_overhead(runs: int) -> tuple[list[float], list[float]]:
     import subprocess  # noqa: PLC0415
 
     from kondor_agent.execute.cgroups import CgroupError, JobCgroups  # noqa: PLC0415
-    from kondor_agent.execute.launcher import ProcessLauncher  # noqa: PLC0415
     from kondor_agent.jobs import JobRunner, RuntimeLaunchers  # noqa: PLC0415
     from kondor_agent.loop import Agent, AgentConfig  # noqa: PLC0415
-    from kondor_agent.processes import ProcessJobs  # noqa: PLC0415
+    from kondor_agent.runtimes.process import ProcessJobs  # noqa: PLC0415
+    from kondor_agent.runtimes.process_launcher import ProcessLauncher  # noqa: PLC0415
     from kondor_core.api import Machine  # noqa: PLC0415
 
     node = "bench-node"

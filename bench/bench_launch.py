@@ -25,8 +25,8 @@ import time
 from pathlib import Path
 
 from kondor_agent.execute.cgroups import SUPERVISORS, CgroupError, JobCgroups
-from kondor_agent.execute.launcher import ProcessLauncher
 from kondor_agent.execute.limits import slot_limits
+from kondor_agent.runtimes.process_launcher import ProcessLauncher
 from kondor_core.api import ProcessRuntime
 
 TARGET_MS = 200.0

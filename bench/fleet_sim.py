@@ -41,7 +41,7 @@ from kondor_agent.kube import (
 )
 from kondor_agent.loop import Agent, AgentConfig
 from kondor_agent.machinefile import MachineFile
-from kondor_agent.pods import PodHandle, PodLauncher
+from kondor_agent.runtimes.pod import PodHandle, PodLauncher
 from kondor_core.api import (
     EXECUTION_JOBS,
     EXECUTION_POINT_LABEL,

@@ -30,8 +30,8 @@ from typing import Any, Protocol
 
 from pydantic import ValidationError
 
-from kondor_agent.execute.launcher import JobHandle, LaunchError, ProcessLauncher
 from kondor_agent.kube import KubernetesAPI, NotFoundError, WatchedNodeObjects
+from kondor_agent.runtimes.process_launcher import JobHandle, LaunchError, ProcessLauncher
 from kondor_core import startd
 from kondor_core.api import COD_CLAIMS, CodClaim, CodClaimStatus
 from kondor_core.api.job import ProcessRuntime

@@ -36,13 +36,13 @@ from kondor_agent.benchmarks import BenchmarkRunner, measure
 from kondor_agent.cron import CronRunner
 from kondor_agent.detect import register as register_detect
 from kondor_agent.execute.cgroups import CgroupError, JobCgroups
-from kondor_agent.execute.launcher import ProcessLauncher
 from kondor_agent.hostsource import HostMachine
 from kondor_agent.jobs import JobRunner, RuntimeLaunchers
 from kondor_agent.loop import Agent, AgentConfig, LiveFacts, no_live_facts
 from kondor_agent.machinefile import MachineFile, load
 from kondor_agent.metrics import AgentMetrics
-from kondor_agent.processes import ProcessJobs
+from kondor_agent.runtimes.process import ProcessJobs
+from kondor_agent.runtimes.process_launcher import ProcessLauncher
 from kondor_core import startd
 from kondor_core.api import InvalidObjectError, Machine, ResolvedPolicy, SlotPolicy
 from kondor_core.config import PolicyError, compile_policy
@@ -253,7 +253,7 @@ def _publish(args: argparse.Namespace) -> int:
         WatchedExecutionPoint,
         WatchedJobs,
     )
-    from kondor_agent.pods import PodLauncher  # noqa: PLC0415
+    from kondor_agent.runtimes.pod import PodLauncher  # noqa: PLC0415
 
     api = KubernetesAPI.connect(args.kubeconfig, args.context)
     if args.machine is not None:

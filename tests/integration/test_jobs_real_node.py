@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from kondor_agent import podcgroup
+from kondor_agent.runtimes import pod_cgroup
 from kondor_core.jobs.pod import HARVEST_PRIORITY_CLASS
 from kondor_devcluster.images import BUSYBOX_IMAGE
 
@@ -124,11 +124,11 @@ def test_a_pod_job_is_frozen_in_place_and_thawed_and_completes(cluster: Cluster)
         if status.get("jobStatus") == "Suspended" and "frozen" not in seen:
             pod = job_pod(cluster, "counter") or {}
             uid, qos = pod["metadata"]["uid"], pod["status"]["qosClass"]
-            directory = podcgroup.freezer(uid, qos)
-            pids = [p for p in podcgroup.pod_processes(uid, qos) if not podcgroup.is_pause(p)]
+            directory = pod_cgroup.freezer(uid, qos)
+            pids = [p for p in pod_cgroup.pod_processes(uid, qos) if not pod_cgroup.is_pause(p)]
             before = cpu_ticks(pids)
             time.sleep(0.5)
-            if directory is not None and podcgroup.is_frozen(directory):
+            if directory is not None and pod_cgroup.is_frozen(directory):
                 assert cpu_ticks(pids) == before, "a frozen job's processes used CPU"
                 assert pod["status"]["phase"] == "Running"  # frozen in place, not deleted
                 seen.add("frozen")
@@ -184,7 +184,7 @@ def test_preempt_vacates_a_pod_job_with_its_killsig_and_it_runs_again(cluster: C
     cluster.apply(policy("dedicated"))  # no more preemption: the next run completes
     uid, qos = pod["metadata"]["uid"], pod["status"]["qosClass"]
     eventually(
-        lambda: not [p for p in podcgroup.pod_processes(uid, qos) if not podcgroup.is_pause(p)],
+        lambda: not [p for p in pod_cgroup.pod_processes(uid, qos) if not pod_cgroup.is_pause(p)],
         30,
         "no process of the vacated pod left",
     )

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 from kubernetes import client, config
 
-from kondor_agent import podcgroup
+from kondor_agent.runtimes import pod_cgroup
 from kondor_devcluster import realnode
 from kondor_devcluster.cluster import ClusterSpec, DevCluster, free_port, stop_detached
 from kondor_devcluster.images import BUSYBOX_IMAGE
@@ -126,7 +126,7 @@ def finished(core: client.CoreV1Api, name: str, timeout: float = 60) -> client.V
 
 
 def pod_pids(pod: client.V1Pod) -> list[int]:
-    return podcgroup.pod_processes(pod.metadata.uid, pod.status.qos_class)
+    return pod_cgroup.pod_processes(pod.metadata.uid, pod.status.qos_class)
 
 
 def cpu_ticks(pids: list[int]) -> int:
@@ -169,7 +169,7 @@ def test_requests_and_limits_become_the_pods_cgroup_limits(core: client.CoreV1Ap
         "a QoS class",
     )
     assert pod.status.qos_class == "Guaranteed"
-    found = podcgroup.find_pod_cgroups(pod.metadata.uid, "Guaranteed")
+    found = pod_cgroup.find_pod_cgroups(pod.metadata.uid, "Guaranteed")
     memory = [
         d for d in found if (d / "memory.max").exists() or (d / "memory.limit_in_bytes").exists()
     ]
@@ -189,17 +189,17 @@ def test_freezing_the_pods_cgroup_stops_it_and_thawing_resumes_it(core: client.C
     limits = {"cpu": "200m", "memory": "32Mi"}
     pod = run_pod(core, busybox_pod("spinner", "while :; do :; done", limits=limits))
     eventually(lambda: cpu_ticks(pod_pids(pod)) > 0, 10, "the spinner using CPU")
-    directory = podcgroup.freezer(pod.metadata.uid, pod.status.qos_class)
+    directory = pod_cgroup.freezer(pod.metadata.uid, pod.status.qos_class)
     assert directory is not None
     try:
-        assert podcgroup.freeze(directory)
+        assert pod_cgroup.freeze(directory)
         pids = pod_pids(pod)
         before = cpu_ticks(pids)
         time.sleep(1.0)
         assert cpu_ticks(pids) == before, "a frozen pod's processes used CPU"
         assert core.read_namespaced_pod("spinner", "default").status.phase == "Running"
     finally:
-        podcgroup.set_frozen(directory, False)
+        pod_cgroup.set_frozen(directory, False)
     before = cpu_ticks(pod_pids(pod))
     eventually(lambda: cpu_ticks(pod_pids(pod)) > before, 10, "the thawed spinner using CPU")
     core.delete_namespaced_pod("spinner", "default", grace_period_seconds=0)

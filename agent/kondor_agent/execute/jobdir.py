@@ -26,6 +26,9 @@ from __future__ import annotations
 
 import os
 
+#: The search path a job gets when its environment names none (dash's and systemd's default).
+DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin"
+
 SPEC = "spec.json"
 SUPERVISOR_PID = "supervisor.pid"
 JOB_PID = "job.pid"

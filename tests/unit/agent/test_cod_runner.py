@@ -14,7 +14,7 @@ import pytest
 
 from kondor_agent.cod import CodRunner
 from kondor_agent.execute.cgroups import JobCgroups
-from kondor_agent.execute.launcher import ProcessLauncher
+from kondor_agent.runtimes.process_launcher import ProcessLauncher
 from kondor_core import startd
 from kondor_core.api import Machine, SlotPolicySpec
 from kondor_core.config import compile_policy

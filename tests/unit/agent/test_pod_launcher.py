@@ -1,4 +1,4 @@
-"""The pod launcher's actions on a pod's cgroup (kondor_agent.pods): freeze for suspend, the
+"""The pod launcher's actions on a pod's cgroup (kondor_agent.runtimes.pod): freeze for suspend, the
 KillSig to the containers' processes for soft kill, thaw before every deletion, SIGKILL of what
 is left after a hard kill, and an OOM kill held with code 34. The cgroup tree is a recorded v1
 layout with a real process's pid in it; the API is a fake that records deletions."""
@@ -20,10 +20,10 @@ import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from kondor_agent import podcgroup
 from kondor_agent.jobs import Outcome
-from kondor_agent.podhooks import exit_status
-from kondor_agent.pods import PodHandle, PodLauncher, _signal_number
+from kondor_agent.runtimes import pod_cgroup
+from kondor_agent.runtimes.pod import PodHandle, PodLauncher, _signal_number
+from kondor_agent.runtimes.pod_hooks import exit_status
 from kondor_core.api import ExecutionJob, JobExecution
 from kondor_core.classads import parse_ad
 from kondor_core.slots import SlotAd
@@ -56,7 +56,7 @@ def child() -> Iterator[subprocess.Popen[bytes]]:
 
 
 def launcher(tmp_path: Path, pid: int) -> tuple[PodLauncher, FakeCore]:
-    relative = podcgroup.pod_cgroup_paths(UID, "Burstable")[0]
+    relative = pod_cgroup.pod_cgroup_paths(UID, "Burstable")[0]
     for controller in ("memory", "freezer"):
         directory = tmp_path / controller / relative / "container-a"
         directory.mkdir(parents=True)
@@ -204,7 +204,7 @@ def test_nothing_to_take_back(tmp_path: Path, directory: str, found: dict[str, A
     assert adopting(tmp_path, found).adopt(JOB, execution(directory)) is None
 
 
-# --- job hooks around a pod job (kondor_agent.podhooks) --------------------------------------
+# --- job hooks around a pod job (kondor_agent.runtimes.pod_hooks) ---------------------------
 
 HOOKED_AD = 'ClusterId = 3\nProcId = 0\nOwner = "alice"\nHookKeyword = "POD"\n'
 SLOT = SlotAd("slot1_1@n0", {"Name": "slot1_1@n0", "SlotID": 1, "Cpus": 1, "Memory": 128},

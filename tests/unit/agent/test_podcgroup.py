@@ -1,4 +1,5 @@
-"""Finding a pod's cgroup from its UID and QoS class, and freezing it (kondor_agent.podcgroup).
+"""Finding a pod's cgroup from its UID and QoS class, and freezing it
+(kondor_agent.runtimes.pod_cgroup).
 
 The trees are laid out as the kubelet makes them: cgroupfs and systemd drivers, v1 (one tree per
 controller) and v2 (one tree); the cgroupfs v1 one is as the dev cluster's real node makes it.
@@ -10,7 +11,7 @@ from pathlib import Path, PurePosixPath
 
 import pytest
 
-from kondor_agent import podcgroup
+from kondor_agent.runtimes import pod_cgroup
 
 UID = "0f1e2d3c-4b5a-6978-8796-a5b4c3d2e1f0"
 UNIT = UID.replace("-", "_")
@@ -37,7 +38,7 @@ UNIT = UID.replace("-", "_")
     ],
 )
 def test_the_kubelets_names_for_each_qos_class(qos: str, cgroupfs: str, systemd: str) -> None:
-    assert podcgroup.pod_cgroup_paths(UID, qos) == (
+    assert pod_cgroup.pod_cgroup_paths(UID, qos) == (
         PurePosixPath(cgroupfs),
         PurePosixPath(systemd),
     )
@@ -45,7 +46,7 @@ def test_the_kubelets_names_for_each_qos_class(qos: str, cgroupfs: str, systemd:
 
 def test_an_unknown_qos_class_is_refused_naming_the_allowed_ones() -> None:
     with pytest.raises(ValueError, match="Guaranteed, Burstable, BestEffort"):
-        podcgroup.pod_cgroup_paths(UID, "Gold")
+        pod_cgroup.pod_cgroup_paths(UID, "Gold")
 
 
 def _v1_tree(root: Path, relative: str) -> None:
@@ -65,42 +66,42 @@ def _v2_tree(root: Path, relative: str) -> None:
 
 
 @pytest.mark.parametrize("driver", [0, 1], ids=["cgroupfs", "systemd"])
-@pytest.mark.parametrize("qos", podcgroup.QOS_CLASSES)
+@pytest.mark.parametrize("qos", pod_cgroup.QOS_CLASSES)
 def test_v1_trees_give_one_directory_per_controller_and_the_freezer(
     tmp_path: Path, driver: int, qos: str
 ) -> None:
-    relative = str(podcgroup.pod_cgroup_paths(UID, qos)[driver])
+    relative = str(pod_cgroup.pod_cgroup_paths(UID, qos)[driver])
     _v1_tree(tmp_path, relative)
-    found = podcgroup.find_pod_cgroups(UID, qos, tmp_path)
+    found = pod_cgroup.find_pod_cgroups(UID, qos, tmp_path)
     assert sorted(found) == sorted(
         tmp_path / c / relative for c in ("memory", "cpu,cpuacct", "freezer", "pids")
     )
-    directory = podcgroup.freezer(UID, qos, tmp_path)
+    directory = pod_cgroup.freezer(UID, qos, tmp_path)
     assert directory == tmp_path / "freezer" / relative
-    podcgroup.set_frozen(directory, True)
-    assert podcgroup.is_frozen(directory)
-    podcgroup.set_frozen(directory, False)
+    pod_cgroup.set_frozen(directory, True)
+    assert pod_cgroup.is_frozen(directory)
+    pod_cgroup.set_frozen(directory, False)
     assert (directory / "freezer.state").read_text() == "THAWED"
 
 
 @pytest.mark.parametrize("driver", [0, 1], ids=["cgroupfs", "systemd"])
-@pytest.mark.parametrize("qos", podcgroup.QOS_CLASSES)
+@pytest.mark.parametrize("qos", pod_cgroup.QOS_CLASSES)
 def test_v2_trees_give_the_one_directory_and_cgroup_freeze(
     tmp_path: Path, driver: int, qos: str
 ) -> None:
-    relative = str(podcgroup.pod_cgroup_paths(UID, qos)[driver])
+    relative = str(pod_cgroup.pod_cgroup_paths(UID, qos)[driver])
     _v2_tree(tmp_path, relative)
-    assert podcgroup.find_pod_cgroups(UID, qos, tmp_path) == [tmp_path / relative]
-    directory = podcgroup.freezer(UID, qos, tmp_path)
+    assert pod_cgroup.find_pod_cgroups(UID, qos, tmp_path) == [tmp_path / relative]
+    directory = pod_cgroup.freezer(UID, qos, tmp_path)
     assert directory == tmp_path / relative
-    podcgroup.set_frozen(directory, True)
+    pod_cgroup.set_frozen(directory, True)
     assert (directory / "cgroup.freeze").read_text() == "1"
-    assert not podcgroup.is_frozen(directory)  # the kernel has not said so yet
+    assert not pod_cgroup.is_frozen(directory)  # the kernel has not said so yet
     (directory / "cgroup.events").write_text("populated 1\nfrozen 1\n")
-    assert podcgroup.is_frozen(directory)
+    assert pod_cgroup.is_frozen(directory)
 
 
 def test_another_pods_cgroup_is_not_found(tmp_path: Path) -> None:
     _v1_tree(tmp_path, "kubepods/besteffort/podother")
-    assert podcgroup.find_pod_cgroups(UID, "BestEffort", tmp_path) == []
-    assert podcgroup.freezer(UID, "BestEffort", tmp_path) is None
+    assert pod_cgroup.find_pod_cgroups(UID, "BestEffort", tmp_path) == []
+    assert pod_cgroup.freezer(UID, "BestEffort", tmp_path) is None

@@ -122,7 +122,7 @@ def _pod(phase: str, code: int = 0) -> dict[str, Any]:
 
 def test_the_pod_launcher_sees_its_node_s_pods_through_the_shared_watch() -> None:
     from fleet_sim import FleetPodLauncher
-    from kondor_agent.pods import PodHandle
+    from kondor_agent.runtimes.pod import PodHandle
 
     routed = Routed(node_label, pod_signature)
     launcher = FleetPodLauncher(_Api(), "n1", routed)  # type: ignore[arg-type]
@@ -136,7 +136,7 @@ def test_the_pod_launcher_sees_its_node_s_pods_through_the_shared_watch() -> Non
 
 def test_a_pod_the_launcher_deleted_stays_ended_whatever_the_watch_still_shows() -> None:
     from fleet_sim import FleetPodLauncher
-    from kondor_agent.pods import PodHandle
+    from kondor_agent.runtimes.pod import PodHandle
 
     routed = Routed(node_label, pod_signature)
     launcher = FleetPodLauncher(_Api(), "n1", routed)  # type: ignore[arg-type]

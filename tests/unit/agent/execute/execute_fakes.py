@@ -10,8 +10,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from kondor_agent.execute.launcher import JobHandle, ProcessLauncher
 from kondor_agent.execute.records import JobResult
+from kondor_agent.runtimes.process_launcher import JobHandle, ProcessLauncher
 
 
 def _others_can_run(path: Path) -> bool:

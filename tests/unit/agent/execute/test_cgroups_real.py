@@ -16,9 +16,9 @@ import pytest
 from execute_fakes import job_python, wait_for, wait_result
 
 from kondor_agent.execute.cgroups import SUPERVISORS, CgroupError, JobCgroups
-from kondor_agent.execute.launcher import ProcessLauncher
 from kondor_agent.execute.limits import CgroupLimits, ExecuteSettings, slot_limits
-from kondor_agent.processes import ProcessJobs
+from kondor_agent.runtimes.process import ProcessJobs
+from kondor_agent.runtimes.process_launcher import ProcessLauncher
 from kondor_core.api import ProcessRuntime
 
 AD = 'MyType = "Job"'

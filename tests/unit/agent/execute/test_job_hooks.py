@@ -14,8 +14,8 @@ from execute_fakes import wait_for, wait_result
 
 from kondor_agent.execute import records
 from kondor_agent.execute.cgroups import JobCgroups
-from kondor_agent.execute.launcher import ProcessLauncher
-from kondor_agent.processes import ProcessJobs
+from kondor_agent.runtimes.process import ProcessJobs
+from kondor_agent.runtimes.process_launcher import ProcessLauncher
 from kondor_core.api import ProcessRuntime
 from kondor_core.classads import parse_ad
 from kondor_core.jobs.hooks import JobHooks, job_hooks

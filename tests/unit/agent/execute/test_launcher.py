@@ -18,12 +18,8 @@ from execute_fakes import job_python, wait_for, wait_result
 
 from kondor_agent.execute import records
 from kondor_agent.execute.cgroups import JobCgroups
-from kondor_agent.execute.launcher import (
-    APPTAINER_MISSING,
-    LaunchError,
-    ProcessLauncher,
-    environment_of,
-)
+from kondor_agent.runtimes.apptainer import APPTAINER_MISSING
+from kondor_agent.runtimes.process_launcher import LaunchError, ProcessLauncher, environment_of
 from kondor_core.api import ApptainerRuntime, ProcessRuntime
 from kondor_core.jobs.apptainer import ApptainerSettings
 

@@ -15,7 +15,7 @@ import pytest
 from execute_fakes import wait_result
 
 from kondor_agent.execute.cgroups import JobCgroups
-from kondor_agent.execute.launcher import ProcessLauncher, environment_of
+from kondor_agent.runtimes.process_launcher import ProcessLauncher, environment_of
 from kondor_core.api import ApptainerRuntime, ProcessRuntime
 from kondor_core.jobs.hooks import JobHooks
 from kondor_core.jobs.runas import Account, RunAsSettings, UnixIds, run_as, slot_user_ids

@@ -1,4 +1,4 @@
-"""Start process and Apptainer jobs through a detached supervisor, and control them.
+"""The process runtime: process and Apptainer jobs started through a detached supervisor.
 
 The agent calls `ProcessLauncher.launch` when the startd's start-job action
 fires; it returns as soon as the supervisor is detached. From then on the job
@@ -11,9 +11,8 @@ and Job Execution"): `_CONDOR_SCRATCH_DIR`, `_CONDOR_SLOT`, `_CONDOR_JOB_AD` and
 `_CONDOR_MACHINE_AD` (the ads in `attr = value` text), TMPDIR/TMP/TEMP set to
 the scratch directory; relative input, output, error and executable paths are
 in the scratch directory (or the initial directory). An Apptainer job (or any job
-SINGULARITY_JOB sends there) runs with the command line HTCondor's starter builds
-(`kondor_core.jobs.apptainer`), as the manual's example shows it:
-`apptainer -s exec -S /tmp -S /var/tmp --pwd <iwd> -B <scratch> --no-home -C <image> <exe> <args>`.
+SINGULARITY_JOB sends there) runs through the same supervisor, its command line wrapped
+by the Apptainer runtime (`kondor_agent.runtimes.apptainer`).
 
 A job's hooks (`kondor_core.jobs.hooks`: PREPARE_JOB, UPDATE_JOB_INFO, JOB_EXIT) run from the
 agent's hooks directory only: each program is checked here, with symlinks resolved, and one
@@ -40,55 +39,18 @@ from pathlib import Path
 from kondor_agent.cron import RefusedExecutableError, resolve_hook
 from kondor_agent.execute import records
 from kondor_agent.execute.cgroups import SUPERVISORS, CgroupError, JobCgroups
+from kondor_agent.execute.jobdir import DEFAULT_PATH
 from kondor_agent.execute.limits import CgroupLimits
 from kondor_agent.execute.privileges import ensure_traversable
 from kondor_agent.execute.records import JobResult, LaunchSpec
+from kondor_agent.runtimes.apptainer import ApptainerCommands, pid_namespaces_work
 from kondor_core.api import ApptainerRuntime, ProcessRuntime
-from kondor_core.classads import parse_ad
 from kondor_core.errors import KondorError
-from kondor_core.jobs.apptainer import (
-    ApptainerSettings,
-    apptainer_command,
-    job_wants_apptainer,
-)
+from kondor_core.jobs.apptainer import ApptainerSettings
 from kondor_core.jobs.hooks import JOB_EXIT, PREPARE_JOB, UPDATE_JOB_INFO, JobHooks
 from kondor_core.jobs.runas import Account, AccountError, RunAsSettings, run_as
 
 log = logging.getLogger("kondor_agent.execute")
-
-#: The search path a job gets when its environment names none (dash's and systemd's default).
-DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin"
-
-APPTAINER_MISSING = "apptainer is not installed on this node (no apptainer executable on PATH)"
-
-#: How long the PID namespace probe may take before it counts as not working.
-_PROBE_TIMEOUT = 5.0
-
-
-def pid_namespaces_work() -> bool:
-    """Whether a process started here can have its own PID namespace, for
-    SINGULARITY_USE_PID_NAMESPACES = auto (the starter probes the same by running a test
-    container with `-C`, and again without it on failure). A user namespace comes with it,
-    as an unprivileged Apptainer makes one: jobs never run as root."""
-    unshare = shutil.which("unshare", path=DEFAULT_PATH)
-    if unshare is None:
-        return False
-    # Jobs run unprivileged (never as root), so the probe asks what an unprivileged
-    # Apptainer needs: a user namespace with the PID namespace.
-    argv = [unshare, "--pid", "--fork", "--user", "--map-root-user"]
-    try:
-        done = subprocess.run(
-            [*argv, "true"],
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-            timeout=_PROBE_TIMEOUT,
-            check=False,
-        )
-    except (OSError, subprocess.TimeoutExpired):
-        return False
-    return done.returncode == 0
-
 
 #: The directory holding the kondor_agent package (site-packages, or agent/ in a checkout).
 _PACKAGE_PARENT = Path(__file__).resolve().parents[2]
@@ -189,10 +151,8 @@ class ProcessLauncher:
         self.hooks_dir = hooks_dir
         self.cgroups = cgroups
         self._python = python
-        self._search_path = search_path
         self._clock = clock
-        self._probe_pid_namespaces = pid_namespaces
-        self._pid_namespaces: bool | None = None
+        self._apptainer = ApptainerCommands(search_path=search_path, pid_namespaces=pid_namespaces)
         self._euid = euid
         self._prepared = False
         # `-S` skips site-packages (tens of ms of .pth files): the supervisor needs only the
@@ -266,7 +226,7 @@ class ProcessLauncher:
         failure: JobResult | None = ids if isinstance(ids, JobResult) else None
         image_test: list[str] | None = None
         try:
-            contained = self._in_apptainer(
+            contained = self._apptainer.wrap(
                 runtime,
                 apptainer or ApptainerSettings.from_macros(),
                 job_ad_text,
@@ -437,67 +397,6 @@ class ProcessLauncher:
                 )
             spec[hook.lower()] = str(resolved)
         return spec
-
-    def _in_apptainer(
-        self,
-        runtime: ProcessRuntime | ApptainerRuntime,
-        settings: ApptainerSettings,
-        job_ad_text: str,
-        machine_ad_text: str,
-        *,
-        executable: str,
-        iwd: str,
-        scratch: Path,
-        environment: dict[str, str],
-    ) -> tuple[list[str], dict[str, str], list[str] | None] | JobResult | None:
-        """The Apptainer command line, environment and image test of a job that runs in
-        Apptainer (its runtime, or SINGULARITY_JOB); None for one that does not; a failed
-        result when no apptainer is installed."""
-        job_ad = parse_ad(job_ad_text, field="the job ad")
-        machine_ad = parse_ad(machine_ad_text, field="the machine ad")
-        if isinstance(runtime, ApptainerRuntime):
-            if not isinstance(job_ad.get("ContainerImage"), str):
-                job_ad["ContainerImage"] = runtime.image
-        elif not job_wants_apptainer(settings, machine_ad, job_ad):
-            return None
-        program = self._apptainer_program(settings)
-        if program is None:
-            return JobResult.failure(
-                records.FAILED_TO_CREATE_PROCESS, errno.ENOENT, APPTAINER_MISSING, at=0.0
-            )
-        command = apptainer_command(
-            settings,
-            program=program,
-            machine_ad=machine_ad,
-            job_ad=job_ad,
-            executable=executable,
-            arguments=list(runtime.arguments),
-            iwd=iwd,
-            scratch=str(scratch),
-            environment=environment,
-            pid_namespaces=settings.pid_namespaces(self._pid_namespaces_work),
-            is_dir=os.path.isdir,
-        )
-        test = command.test_argv if settings.test_before_job else None
-        return command.argv, command.environment, test
-
-    def _apptainer_program(self, settings: ApptainerSettings) -> str | None:
-        """SINGULARITY where the snippet sets it (a name is looked up on PATH), else the
-        `apptainer` or `singularity` on PATH."""
-        names = [settings.program] if settings.program else ["apptainer", "singularity"]
-        for name in names:
-            if "/" in name:
-                return name if os.access(name, os.X_OK) else None
-            found = shutil.which(name, path=self._search_path)
-            if found is not None:
-                return found
-        return None
-
-    def _pid_namespaces_work(self) -> bool:
-        """The PID namespace probe, run once per agent."""
-        if self._pid_namespaces is None:
-            self._pid_namespaces = self._probe_pid_namespaces()
-        return self._pid_namespaces
 
     def _start_supervisor(self, directory: Path, *, site: bool = False) -> None:
         # A job with hooks needs the ClassAd library from site-packages to read their ads.

@@ -22,9 +22,9 @@ from pathlib import Path
 from typing import Any
 
 from kondor_agent.execute.cgroups import CgroupError, JobCgroups
-from kondor_agent.execute.launcher import JobHandle, ProcessLauncher
 from kondor_agent.execute.limits import ExecuteSettings, SettingsError, slot_limits
 from kondor_agent.jobs import Outcome, Usage
+from kondor_agent.runtimes.process_launcher import JobHandle, ProcessLauncher
 from kondor_core.api import ExecutionJob, JobExecution
 from kondor_core.api.job import ExecutionAccount
 from kondor_core.classads import ExpressionError, parse_ad
@@ -33,7 +33,7 @@ from kondor_core.jobs.hooks import HOOK_FAILURES_FILE, HookSettingsError, JobHoo
 from kondor_core.jobs.runas import Account, AccountError, RunAsSettings, run_as
 from kondor_core.slots import SlotAd
 
-log = logging.getLogger("kondor_agent.processes")
+log = logging.getLogger("kondor_agent.runtimes.process")
 _MIB = 1024 * 1024
 _HOOK_NUMBERS = (
     "STARTER_INITIAL_UPDATE_INTERVAL",

@@ -55,7 +55,7 @@ from kondor_core.jobs.hooks import (
 from kondor_core.jobs.pod import AdsTooLargeError, with_job_ad
 from kondor_core.jobs.podhooks import STATUS_ATTRIBUTES, PodEditError, apply_pod_edits, pod_edits
 
-log = logging.getLogger("kondor_agent.podhooks")
+log = logging.getLogger("kondor_agent.runtimes.pod_hooks")
 
 #: HoldReasonCode FailedToCreateProcess: the Pod could not be created.
 FAILED_TO_CREATE_PROCESS = 6

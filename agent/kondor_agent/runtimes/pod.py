@@ -15,7 +15,7 @@ between polling ticks costs the API server nothing. On the dev cluster's kwok no
 runs the pod to its annotated exit code (a simulation of the kubelet: devcluster/README.md).
 
 On a real node the agent acts on the pod's cgroup (found from its UID and QoS class,
-`kondor_agent.podcgroup`): suspend freezes it in place and continue thaws it; soft kill sends
+`pod_cgroup`): suspend freezes it in place and continue thaws it; soft kill sends
 the job's KillSig to the containers' processes (not the sandbox's pause); hard kill deletes
 the pod at once and kills what is left in its cgroup. A frozen pod is thawed before any
 deletion (the kubelet cannot stop a frozen container). A container the kernel OOM-killed holds
@@ -23,7 +23,7 @@ the job with HoldReasonCode 34, as HTCondor does. Where the pod has no cgroup on
 simulated node) suspend leaves it running and soft kill deletes it with its grace period.
 
 A job whose policy and HookKeyword name job hooks (PREPARE_JOB, UPDATE_JOB_INFO, JOB_EXIT) has
-its Pod created, followed and ended by a thread of its own (`kondor_agent.podhooks`), so a hook
+its Pod created, followed and ended by a thread of its own (`pod_hooks`), so a hook
 never blocks the agent's loop: PREPARE_JOB may edit the Pod before it exists or hold the job,
 and the job's end is reported once JOB_EXIT has returned. A pod a restarted agent takes back
 runs no hooks.
@@ -48,11 +48,11 @@ from typing import Any
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from kondor_agent import podcgroup
 from kondor_agent.execute.jobdir import OUT_OF_MEMORY
 from kondor_agent.jobs import Outcome
 from kondor_agent.kube import KubernetesAPI, informer
-from kondor_agent.podhooks import (
+from kondor_agent.runtimes import pod_cgroup
+from kondor_agent.runtimes.pod_hooks import (
     FAILED_TO_CREATE_PROCESS,
     PodHooksRun,
     PodSide,
@@ -81,7 +81,7 @@ from kondor_core.jobs.podsecurity import (
 from kondor_core.jobs.runas import Account, AccountError, RunAsSettings, run_as
 from kondor_core.slots import SlotAd
 
-log = logging.getLogger("kondor_agent.pods")
+log = logging.getLogger("kondor_agent.runtimes.pod")
 #: The API server's answers to a Pod create that hold the job rather than retry: Forbidden
 #: (Pod Security admission, a quota, RBAC) and Invalid.
 REFUSED_CREATES = (403, 422)
@@ -103,7 +103,7 @@ class PodLauncher:
         self,
         api: KubernetesAPI,
         node: str,
-        cgroup_root: Path = podcgroup.CGROUP_ROOT,
+        cgroup_root: Path = pod_cgroup.CGROUP_ROOT,
         *,
         hooks_dir: Path | None = None,
         clock: Callable[[], float] = time.time,
@@ -403,12 +403,12 @@ class PodLauncher:
         if cgroup is not None:
             pids = [
                 pid
-                for pid in podcgroup.pod_processes(*cgroup, self.cgroup_root)
-                if not podcgroup.is_pause(pid)
+                for pid in pod_cgroup.pod_processes(*cgroup, self.cgroup_root)
+                if not pod_cgroup.is_pause(pid)
             ]
-            user, system = _cgroup_cpu(podcgroup.find_pod_cgroups(*cgroup, self.cgroup_root))
+            user, system = _cgroup_cpu(pod_cgroup.find_pod_cgroups(*cgroup, self.cgroup_root))
         directory = self._freezer(handle)
-        frozen = directory is not None and podcgroup.is_frozen(directory)
+        frozen = directory is not None and pod_cgroup.is_frozen(directory)
         return {
             "JobState": "Suspended" if frozen else "Running",
             "JobPid": min(pids, default=0),
@@ -467,9 +467,9 @@ class PodLauncher:
             return
         number = _signal_number(signal)
         with contextlib.suppress(OSError):
-            podcgroup.set_frozen(directory, False)  # a frozen process acts on no signal
-        for pid in podcgroup.pod_processes(*cgroup, self.cgroup_root):
-            if not podcgroup.is_pause(pid):
+            pod_cgroup.set_frozen(directory, False)  # a frozen process acts on no signal
+        for pid in pod_cgroup.pod_processes(*cgroup, self.cgroup_root):
+            if not pod_cgroup.is_pause(pid):
                 with contextlib.suppress(ProcessLookupError, PermissionError):
                     os.kill(pid, number)
 
@@ -483,7 +483,7 @@ class PodLauncher:
         cgroup = self._identity(handle)
         self._delete(handle, 0)
         if cgroup is not None:
-            for pid in podcgroup.pod_processes(*cgroup, self.cgroup_root):
+            for pid in pod_cgroup.pod_processes(*cgroup, self.cgroup_root):
                 with contextlib.suppress(ProcessLookupError, PermissionError):
                     os.kill(pid, signals.SIGKILL)
 
@@ -496,7 +496,7 @@ class PodLauncher:
                 handle.name,
             )
             return
-        if not podcgroup.freeze(directory):
+        if not pod_cgroup.freeze(directory):
             log.warning("pod %s/%s: not every task froze within 5 s", handle.namespace, handle.name)
 
     def resume(self, handle: PodHandle) -> None:
@@ -504,7 +504,7 @@ class PodLauncher:
 
     def is_suspended(self, handle: PodHandle) -> bool:
         directory = self._freezer(handle)
-        return directory is None or podcgroup.is_frozen(directory)
+        return directory is None or pod_cgroup.is_frozen(directory)
 
     def remove(self, handle: PodHandle) -> None:
         """The pod goes with its ExecutionJob (owner reference); a finished one now."""
@@ -528,20 +528,20 @@ class PodLauncher:
             pod = self._pods.get((handle.namespace, handle.name)) or {}
         uid = (pod.get("metadata") or {}).get("uid")
         qos = (pod.get("status") or {}).get("qosClass")
-        if not uid or qos not in podcgroup.QOS_CLASSES:
+        if not uid or qos not in pod_cgroup.QOS_CLASSES:
             return None
         return str(uid), str(qos)
 
     def _freezer(self, handle: PodHandle) -> Path | None:
         """The pod's freezer cgroup on this host; None where it has none (a simulated node)."""
         cgroup = self._identity(handle)
-        return None if cgroup is None else podcgroup.freezer(*cgroup, self.cgroup_root)
+        return None if cgroup is None else pod_cgroup.freezer(*cgroup, self.cgroup_root)
 
     def _thaw(self, handle: PodHandle) -> None:
         directory = self._freezer(handle)
         if directory is not None:
             with contextlib.suppress(OSError):
-                podcgroup.set_frozen(directory, False)
+                pod_cgroup.set_frozen(directory, False)
 
     def adopt(self, job: ExecutionJob, execution: JobExecution) -> PodHandle | None:
         """The pod a previous agent launched for this run (`execution.directory` names it),
