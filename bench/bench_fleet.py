@@ -95,8 +95,8 @@ from kondor_core.api import GROUP, VERSION
 from kondor_core.fleet import policy_verdict
 from kondor_devcluster import build, kondor, nodes, versions
 from kondor_devcluster.cluster import ClusterSpec, DevCluster, free_port
+from kondor_kube.events import EVENTS_NAMESPACE
 from kondor_operator.kube import COMPONENT as OPERATOR_COMPONENT
-from kondor_operator.kube import EVENTS_NAMESPACE
 
 ROOT = Path(__file__).resolve().parents[1]
 MACHINE = ROOT / "examples/machines/kwok-small.yaml"

@@ -10,12 +10,21 @@ from __future__ import annotations
 from typing import Final
 
 RECONCILER: Final = "kondor-reconciler"
-"""The operator's reconciler: the ExecutionPoint and Pool status it derives (conditions,
-counts, carving), its Node labels and taints (cordon), the webhook configurations."""
+"""The operator's reconciler: the ExecutionPoints it creates, patches and deletes, the
+ExecutionPoint and SlotPolicy status it derives, its Events; also the operator's power
+marker (Node annotations) and its cordon drains (spec.drain of a cordoned node's point)."""
 
 NEGOTIATOR: Final = "kondor-negotiator"
 """The operator's negotiator (the schedd side): a job's schedd fields, its match, the holds
 it decides, the Pool's negotiation counters."""
+
+DEFRAG: Final = "kondor-defrag"
+"""The operator's defragmenter (condor_defrag): the drains it starts and ends on points."""
+
+WEBHOOKS: Final = "kondor-operator"
+"""The operator's admission webhook configurations (server-side apply by every replica);
+the name they were applied with before the managers were split, so that an upgraded
+operator keeps owning the same fields."""
 
 LEADER: Final = "kondor-leader"
 """The operator's leader election: the coordination.k8s.io Lease it holds and renews."""
@@ -33,5 +42,5 @@ DEVCLUSTER: Final = "kondor-devcluster"
 BENCH: Final = "kondor-bench"
 """The benchmarks (bench/): the fake fleets and jobs they create and patch."""
 
-ALL: Final = (RECONCILER, NEGOTIATOR, LEADER, AGENT, CLI, DEVCLUSTER, BENCH)
+ALL: Final = (RECONCILER, NEGOTIATOR, DEFRAG, WEBHOOKS, LEADER, AGENT, CLI, DEVCLUSTER, BENCH)
 """Every field manager, for tests that check `managedFields` names only Kondor's writers."""

@@ -21,9 +21,12 @@ from typing import Any, Protocol
 
 import kopf
 
-from kondor_core.api import GROUP, SLOT_POLICIES, VERSION, ExecutionPoint, format_time
+from kondor_core.api import SLOT_POLICIES, ExecutionPoint, format_time
 from kondor_core.fleet import Event
 from kondor_core.startd.drain import cordon_drains
+from kondor_kube import managers, paths
+from kondor_kube.client import PARTIAL_OBJECT_METADATA_LIST, Client
+from kondor_kube.config import ApiClient
 from kondor_operator.defrag import DrainWriter
 from kondor_operator.kube import execution_point_ref
 
@@ -45,26 +48,21 @@ class Points(Protocol):
 class KubeCordon:
     """CordonApi through the kubernetes client."""
 
-    def __init__(self, api_client: Any) -> None:
-        from kubernetes import client  # noqa: PLC0415
-
-        self.core = client.CoreV1Api(api_client)
-        self.objects = client.CustomObjectsApi(api_client)
+    def __init__(self, api_client: ApiClient) -> None:
+        self.client = Client(api_client, field_manager=managers.RECONCILER)
 
     def cordoned_nodes(self) -> set[str]:
-        listing = self.core.list_node(field_selector="spec.unschedulable=true")
-        return {str(node.metadata.name) for node in listing.items if node.metadata is not None}
+        """The cordoned Nodes' names (read as metadata only: nothing else is needed)."""
+        items, _ = self.client.list(
+            paths.core("nodes"),
+            accept=PARTIAL_OBJECT_METADATA_LIST,
+            query=[("fieldSelector", "spec.unschedulable=true")],
+        )
+        return {str((item.get("metadata") or {}).get("name")) for item in items}
 
     def drains_on_cordon(self, policy: str) -> bool:
-        from kubernetes.client.exceptions import ApiException  # noqa: PLC0415
-
-        try:
-            found = self.objects.get_cluster_custom_object(GROUP, VERSION, SLOT_POLICIES, policy)
-        except ApiException as error:
-            if error.status == 404:
-                return False
-            raise
-        spec = found.get("spec") if isinstance(found, dict) else None
+        found = self.client.read(paths.kondor(SLOT_POLICIES, policy))
+        spec = found.get("spec") if found is not None else None
         return bool((spec or {}).get("drainOnCordon"))
 
 

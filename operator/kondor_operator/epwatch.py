@@ -6,7 +6,7 @@ went through two `@kopf.index`es (the reconciler's and the negotiator's, each pa
 body again) and three `@kopf.on.event` handlers (the reconciler's touch, the negotiator's
 offers, power's node marker), on kopf's copies of the body: about half of the idle
 operator's CPU at 1,000 nodes (docs/performance.md). Here one thread lists and watches
-ExecutionPoints (`kondor_operator.reflector`), drops an event whose resourceVersion it has
+ExecutionPoints (`kondor_kube.reflector`), drops an event whose resourceVersion it has
 already read before parsing anything, parses the rest once (`read_execution_point`: the
 `kondor_core.api.ExecutionPoint` model, without `metadata.managedFields`, as client-go's
 informers strip them), keeps ONE table name -> `WatchedExecutionPoint`, and reports what
@@ -42,13 +42,13 @@ from pydantic import ValidationError
 
 from kondor_core.api import ExecutionPoint, describe_errors
 from kondor_core.api.executionpoint import PowerStatus
+from kondor_kube.reflector import Reflector
 from kondor_operator.power import PowerChange, power_of
 from kondor_operator.reconciler import (
     ExecutionPointEntry,
     execution_point_entry,
     execution_point_view,
 )
-from kondor_operator.reflector import Reflector
 
 logger = logging.getLogger(__name__)
 

@@ -4,7 +4,7 @@ Every job changes a few times in its life (submitted, matched, running, ended), 
 of 10,000 jobs is 40,000 watch events. Handled by kopf, each went through an `@kopf.index`
 (parsing the body) and an `@kopf.on.event` handler, on kopf's copies of the body, on the
 operator's event loop (issue 16). Here one thread lists and watches ExecutionJobs in every
-namespace (`kondor_operator.reflector`), drops an event whose resourceVersion it has already
+namespace (`kondor_kube.reflector`), drops an event whose resourceVersion it has already
 read before parsing anything, parses the rest once (`negotiator.job_entry`, without
 `metadata.managedFields`), keeps ONE table `namespace/name` -> `JobEntry`, and reports which
 jobs changed, with the event's type, in one batch per event (a listing in one batch) to its
@@ -20,8 +20,8 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, Protocol
 
+from kondor_kube.reflector import Reflector
 from kondor_operator.negotiator import JobEntry, job_entry, job_key
-from kondor_operator.reflector import Reflector
 
 #: What the watch reports: job key -> the event's type ("ADDED", "MODIFIED", "DELETED").
 JobChanges = Mapping[str, str]

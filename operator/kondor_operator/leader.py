@@ -23,12 +23,12 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Protocol
 
-from kubernetes import client
-from kubernetes.client.exceptions import ApiException
-
-from kondor_core.api import MERGE_PATCH, format_micro_time
+from kondor_core.api import format_micro_time
+from kondor_kube import paths
+from kondor_kube.client import Client
+from kondor_kube.errors import ConflictError, KubeError
 
 logger = logging.getLogger(__name__)
 
@@ -115,12 +115,44 @@ def release_patch(record: LeaseRecord, now: datetime) -> dict[str, Any]:
     }
 
 
+LEASES = "coordination.k8s.io/v1"
+
+
+class LeaseApi(Protocol):
+    """The Lease reads and writes leader election makes (`KubeLeases`, or a fake)."""
+
+    def read_lease(self, namespace: str, name: str) -> dict[str, Any] | None:
+        """The Lease as plain JSON, or None when there is none."""
+
+    def create_lease(self, namespace: str, body: Mapping[str, Any]) -> None:
+        """Create the Lease; ConflictError when it exists."""
+
+    def patch_lease(self, namespace: str, name: str, patch: Mapping[str, Any]) -> None:
+        """Merge-patch the Lease; ConflictError when its resourceVersion guard fails."""
+
+
+class KubeLeases:
+    """LeaseApi through `kondor_kube` (as the `kondor-leader` field manager)."""
+
+    def __init__(self, client: Client) -> None:
+        self.client = client
+
+    def read_lease(self, namespace: str, name: str) -> dict[str, Any] | None:
+        return self.client.read(paths.group(LEASES, "leases", name, namespace=namespace))
+
+    def create_lease(self, namespace: str, body: Mapping[str, Any]) -> None:
+        self.client.create(paths.group(LEASES, "leases", namespace=namespace), body)
+
+    def patch_lease(self, namespace: str, name: str, patch: Mapping[str, Any]) -> None:
+        self.client.merge_patch(paths.group(LEASES, "leases", name, namespace=namespace), patch)
+
+
 class LeaderElector:
     """Acquire, hold and release one Lease for this replica."""
 
     def __init__(
         self,
-        api: client.CoordinationV1Api,
+        api: LeaseApi,
         *,
         namespace: str,
         name: str,
@@ -142,14 +174,8 @@ class LeaderElector:
         self._seen_at = 0.0
 
     def _read(self) -> LeaseRecord | None:
-        try:
-            lease = self.api.read_namespaced_lease(self.name, self.namespace)
-        except ApiException as error:
-            if error.status == 404:
-                return None
-            raise
-        raw = lease.to_dict(serialize=True)  # camelCase keys, times as text
-        return LeaseRecord.from_object(raw)
+        lease = self.api.read_lease(self.namespace, self.name)
+        return LeaseRecord.from_object(lease) if lease is not None else None
 
     def _observe(self, record: LeaseRecord) -> None:
         # Any write (a renewal included) changes the resourceVersion.
@@ -161,18 +187,14 @@ class LeaderElector:
         """One attempt; True when this replica holds the Lease afterwards."""
         record = self._read()
         if record is None:
-            body = client.V1Lease.from_dict(
-                {
-                    "metadata": {"name": self.name, "namespace": self.namespace},
-                    "spec": {"leaseTransitions": 0},
-                }
-            )
-            assert body is not None  # from_dict of a dict
-            try:
-                self.api.create_namespaced_lease(self.namespace, body)
-            except ApiException as error:
-                if error.status != 409:
-                    raise
+            body = {
+                "apiVersion": LEASES,
+                "kind": "Lease",
+                "metadata": {"name": self.name, "namespace": self.namespace},
+                "spec": {"leaseTransitions": 0},
+            }
+            with contextlib.suppress(ConflictError):
+                self.api.create_lease(self.namespace, body)
             record = self._read()
             if record is None:
                 return False
@@ -181,13 +203,9 @@ class LeaderElector:
             return False
         patch = take_patch(record, self.identity, self.timings.duration, self.wall())
         try:
-            self.api.patch_namespaced_lease(
-                self.name, self.namespace, patch, _content_type=MERGE_PATCH
-            )
-        except ApiException as error:
-            if error.status == 409:  # another candidate wrote first
-                return False
-            raise
+            self.api.patch_lease(self.namespace, self.name, patch)
+        except ConflictError:  # another candidate wrote first
+            return False
         return True
 
     def release(self) -> None:
@@ -196,14 +214,9 @@ class LeaderElector:
             record = self._read()
             if record is None or record.holder != self.identity:
                 return
-            self.api.patch_namespaced_lease(
-                self.name,
-                self.namespace,
-                release_patch(record, self.wall()),
-                _content_type=MERGE_PATCH,
-            )
+            self.api.patch_lease(self.namespace, self.name, release_patch(record, self.wall()))
             logger.info("released Lease %s/%s", self.namespace, self.name)
-        except ApiException as error:
+        except (KubeError, OSError) as error:
             logger.warning("could not release Lease %s/%s: %s", self.namespace, self.name, error)
         finally:
             self.on_change(False)
@@ -211,7 +224,7 @@ class LeaderElector:
     async def _attempt(self) -> bool:
         try:
             return await asyncio.to_thread(self.try_acquire_or_renew)
-        except (ApiException, OSError) as error:
+        except (KubeError, OSError) as error:
             logger.warning("Lease %s/%s: %s", self.namespace, self.name, error)
             return False
 

@@ -41,9 +41,13 @@ from pathlib import Path
 from typing import Any
 
 import kopf
-from kubernetes import client
-from kubernetes.client.exceptions import ApiException
 
+from kondor_kube import managers, paths
+from kondor_kube.client import Client
+from kondor_kube.config import ApiClient, Configuration, bearer_token, load
+from kondor_kube.errors import KubeError
+from kondor_kube.pacer import Pacer
+from kondor_kube.reflector import Reflector
 from kondor_operator import cordon, defrag, handlers, negotiator, power
 from kondor_operator.epwatch import (
     ExecutionPointChanges,
@@ -53,17 +57,10 @@ from kondor_operator.epwatch import (
 )
 from kondor_operator.jobwatch import JobChanges, JobWatch
 from kondor_operator.jobwatch import Listener as JobListener
-from kondor_operator.kube import (
-    Kube,
-    Pacer,
-    bearer_token,
-    default_identity,
-    load_configuration,
-)
-from kondor_operator.leader import LeaderElector, LeaseTimings
+from kondor_operator.kube import Kube, default_identity
+from kondor_operator.leader import KubeLeases, LeaderElector, LeaseTimings
 from kondor_operator.metrics import Metrics
 from kondor_operator.reconciler import Reconciler
-from kondor_operator.reflector import Reflector
 from kondor_operator.webhook import (
     Reviewer,
     ServiceRef,
@@ -290,7 +287,7 @@ def parse_options(argv: Sequence[str] | None = None) -> Options:
     )
 
 
-def connection_info(configuration: client.Configuration) -> kopf.ConnectionInfo:
+def connection_info(configuration: Configuration) -> kopf.ConnectionInfo:
     """kopf's credentials from the same configuration the writes use."""
     scheme, token = bearer_token(configuration)
     return kopf.ConnectionInfo(
@@ -322,24 +319,19 @@ def kopf_settings(
 
 
 def apply_webhook_configurations(
-    api_client: client.ApiClient, configurations: Mapping[str, Mapping[str, Any]]
+    api_client: ApiClient, configurations: Mapping[str, Mapping[str, Any]]
 ) -> None:
     """Server-side apply of the operator's webhook configurations (every replica writes the
-    same, so none undoes another's)."""
-    api = client.AdmissionregistrationV1Api(api_client)
+    same, as one field manager, so none undoes another's)."""
+    writer = Client(api_client, field_manager=managers.WEBHOOKS)
     for kind, body in configurations.items():
-        patch = (
-            api.patch_validating_webhook_configuration
+        plural = (
+            "validatingwebhookconfigurations"
             if kind == "ValidatingWebhookConfiguration"
-            else api.patch_mutating_webhook_configuration
+            else "mutatingwebhookconfigurations"
         )
-        patch(
-            body["metadata"]["name"],
-            dict(body),
-            field_manager="kondor-operator",
-            force=True,
-            _content_type="application/apply-patch+yaml",
-        )
+        name = body["metadata"]["name"]
+        writer.apply(paths.group("admissionregistration.k8s.io/v1", plural, name), body)
 
 
 def fan_out(
@@ -384,11 +376,13 @@ async def _synced(watches: Sequence[Reflector]) -> None:
 
 async def run(options: Options) -> int:
     """Run until SIGTERM/SIGINT (0), until leadership is lost (1), or until kopf fails (2)."""
-    configuration = load_configuration(options.kubeconfig, options.context)
     # A connection each for the writer threads, the negotiator's, defrag, the Node and
     # ExecutionPoint watches, power's follower and the Lease.
-    configuration.connection_pool_maxsize = 2 * options.write_concurrency + 7
-    api_client = client.ApiClient(configuration)
+    connection = load(
+        options.kubeconfig, options.context, connections=2 * options.write_concurrency + 7
+    )
+    configuration = connection.configuration
+    api_client = connection.api_client()
     metrics = Metrics()
     if options.metrics_port:
         metrics.serve(options.metrics_port, options.metrics_addr)
@@ -398,7 +392,12 @@ async def run(options: Options) -> int:
         kube, metrics, resync=options.resync, concurrency=options.write_concurrency
     )
     schedd = negotiator.Negotiator(
-        Kube(api_client, instance=options.identity, pacer=pacer),
+        Kube(
+            api_client,
+            instance=options.identity,
+            pacer=pacer,
+            field_manager=managers.NEGOTIATOR,
+        ),
         metrics,
         write_concurrency=options.write_concurrency,
     )
@@ -421,7 +420,10 @@ async def run(options: Options) -> int:
         slot_policies=kube.list_slot_policies,
     )
     negotiator.register(registry, schedd, queue, points)
-    defragger = defrag.Defrag(schedd, Kube(api_client, instance=options.identity, pacer=pacer))
+    defragger = defrag.Defrag(
+        schedd,
+        Kube(api_client, instance=options.identity, pacer=pacer, field_manager=managers.DEFRAG),
+    )
     defrag.register(registry, defragger)
     cordons = cordon.CordonDrains(
         schedd,
@@ -451,7 +453,7 @@ async def run(options: Options) -> int:
         elector = None
         if options.leader_election:
             elector = LeaderElector(
-                client.CoordinationV1Api(api_client),
+                KubeLeases(Client(api_client, field_manager=managers.LEADER)),
                 namespace=options.namespace,
                 name=options.lease,
                 identity=options.identity,
@@ -483,7 +485,7 @@ async def run(options: Options) -> int:
 def configurer(
     options: Options,
     registry: kopf.OperatorRegistry,
-    api_client: client.ApiClient,
+    api_client: ApiClient,
     connection: kopf.ConnectionInfo,
 ) -> Callable[[kopf.WebhookClientConfig], None]:
     """What to do with the client configuration the webhook server announces: write the
@@ -502,7 +504,7 @@ def configurer(
         )
         try:
             apply_webhook_configurations(api_client, configurations)
-        except ApiException as error:
+        except (KubeError, OSError) as error:
             logger.error("writing the webhook configurations failed: %s", error)
 
     return configure

@@ -8,7 +8,7 @@ PartialObjectMetadata (as client-go's metadata informers do), in one thread, and
 `kondor_core.fleet.NodeTable` drops every event that changes none of them before it
 reaches the event loop. What changes is handed to `on_change`, from this thread.
 
-Listing, watching, resuming and listing again are `kondor_operator.reflector`'s.
+Listing, watching, resuming and listing again are `kondor_kube.reflector`'s.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import Any, Protocol
 
 from kondor_core.fleet import NodeFacts, NodeTable, node_facts
-from kondor_operator.reflector import Reflector
+from kondor_kube.reflector import Reflector
 
 #: What the watch reports: node name -> its facts now, None when it is gone.
 NodeChanges = Mapping[str, NodeFacts | None]

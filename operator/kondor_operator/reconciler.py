@@ -30,7 +30,6 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Protocol, TypeVar
 
-from kubernetes.client.exceptions import ApiException
 from pydantic import BaseModel, ValidationError
 
 from kondor_core.api import (
@@ -71,6 +70,7 @@ from kondor_core.fleet import (
     ration_events,
     resolve,
 )
+from kondor_kube.errors import KubeError
 from kondor_operator.kube import ObjectRef, execution_point_ref, slot_policy_ref
 from kondor_operator.metrics import Metrics
 
@@ -443,7 +443,7 @@ class Reconciler:
             for action in actions:
                 try:
                     written += self._apply_one(action, uid)
-                except ApiException as error:
+                except KubeError as error:
                     logger.error("ExecutionPoint %s: %s failed: %s", name, _verb(action), error)
                     return written, False
             return written, True
@@ -463,7 +463,7 @@ class Reconciler:
                         self.metrics.events.labels("posted").inc()
                         ref = slot_policy_ref(patch.name, patch.uid)
                         self.writer.post_event(ref, patch.event)
-            except ApiException as error:
+            except KubeError as error:
                 policy_ok = False
                 logger.error("SlotPolicy %s: status patch failed: %s", patch.name, error)
         self.metrics.reconciles.labels("SlotPolicy", "ok" if policy_ok else "error").inc()

@@ -6,10 +6,8 @@ import ipaddress
 from pathlib import Path
 
 import pytest
-import yaml
 from cryptography import x509
 
-from kondor_operator.kube import load_configuration
 from kondor_operator.main import kopf_settings, parse_options
 from kondor_operator.webhook import (
     ServiceRef,
@@ -83,32 +81,3 @@ def test_settings_use_our_lease_not_kopf_peering_and_serve_the_webhook() -> None
     )
     assert isinstance(in_cluster, ServiceWebhookServer)
     assert kopf_settings(parse_options(["--no-webhook"])).admission.server is None
-
-
-def _kubeconfig(path: Path, name: str, server: str, *, current: bool = True) -> Path:
-    config = {
-        "apiVersion": "v1",
-        "kind": "Config",
-        "clusters": [{"name": name, "cluster": {"server": server}}],
-        "users": [{"name": name, "user": {"token": f"token-{name}"}}],
-        "contexts": [{"name": name, "context": {"cluster": name, "user": name}}],
-    }
-    if current:
-        config["current-context"] = name
-    path.write_text(yaml.safe_dump(config))
-    return path
-
-
-def test_kubeconfig_comes_from_the_flag_or_a_kubeconfig_list(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """$KUBECONFIG is read when the operator starts (not when the client was imported), and
-    a `:`-separated list is merged by the client. (Where several files set current-context
-    the client takes the last, kubectl the first: only one sets it here.)"""
-    first = _kubeconfig(tmp_path / "a.yaml", "a", "https://a.example:6443")
-    second = _kubeconfig(tmp_path / "b.yaml", "b", "https://b.example:6443", current=False)
-    monkeypatch.setenv("KUBECONFIG", f"{tmp_path / 'none.yaml'}:{first}:{second}")
-    assert load_configuration(None, None).host == "https://a.example:6443"
-    assert load_configuration(None, "b").host == "https://b.example:6443"
-    monkeypatch.delenv("KUBECONFIG")
-    assert load_configuration(first, "a").host == "https://a.example:6443"

@@ -11,10 +11,10 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from kubernetes.client.exceptions import ApiException
 
 from kondor_core.api import ExecutionPoint, format_time
 from kondor_core.api.executionpoint import PowerStatus
+from kondor_kube.errors import ApiError, GoneError
 from kondor_operator import epwatch, negotiator
 from kondor_operator.epwatch import (
     ExecutionPointChanges,
@@ -155,7 +155,7 @@ def test_an_expired_watch_lists_again_and_reports_what_it_missed() -> None:
             ([ep("a", 40), ep("c", 30)], "41"),
         ],
         # An ERROR event, then a 410 answer: both list again, without a back-off.
-        [[gone], [ApiException(status=410)]],
+        [[gone], [GoneError(410)]],
     )
     seen, listen = recorder()
     stop = threading.Event()
@@ -176,7 +176,7 @@ def test_the_api_server_failing_backs_off_and_a_broken_connection_resumes() -> N
     source = FakePoints(
         [([ep("a", 1)], "10"), ([ep("a", 1)], "20")],
         [
-            [ApiException(status=500)],
+            [ApiError(500)],
             [event("MODIFIED", ep("a", 21)), ConnectionResetError("reset")],
         ],
     )

@@ -10,14 +10,15 @@ from typing import Any
 
 import pytest
 from kubernetes import client
-from kubernetes.client.exceptions import ApiException
 
-from kondor_operator.kube import PARTIAL_OBJECT_METADATA, Kube
+from kondor_kube.client import PARTIAL_OBJECT_METADATA
+from kondor_kube.errors import ApiError
+from kondor_operator.kube import Kube
 
 
 @dataclass
 class Answer:
-    """What urllib3 hands back (the part Kube and ApiException read)."""
+    """What urllib3 hands back (the part kondor_kube.Client reads)."""
 
     status: int
     body: Any
@@ -91,12 +92,16 @@ def test_annotations_are_merge_patched_and_a_node_gone_is_no_error() -> None:
     )
     subject.patch_node_annotations("n", {"kondor.io/sleep-state": "S3", "old": None})
     sent = transport.sent[0]
-    assert (sent.method, sent.url) == ("PATCH", "https://api.example:6443/api/v1/nodes/n")
+    # Every write names its field manager (kondor_kube.managers): the reconciler's here.
+    assert (sent.method, sent.url) == (
+        "PATCH",
+        "https://api.example:6443/api/v1/nodes/n?fieldManager=kondor-reconciler",
+    )
     assert sent.headers["Content-Type"] == "application/merge-patch+json"
     assert sent.headers["Accept"] == PARTIAL_OBJECT_METADATA
     assert sent.body == {"metadata": {"annotations": {"kondor.io/sleep-state": "S3", "old": None}}}
     subject.patch_node_annotations("gone", {"a": None})
-    with pytest.raises(ApiException) as failed:
+    with pytest.raises(ApiError) as failed:
         subject.patch_node_annotations("n", {"a": None})
     assert failed.value.status == 500
 

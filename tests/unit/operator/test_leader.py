@@ -1,15 +1,17 @@
-"""Leader election on a Lease: who may take it, and two electors sharing one fake Lease."""
+"""Leader election on a Lease: who may take it, and two electors sharing one fake Lease (its
+LeaseApi: plain JSON and kondor_kube's ConflictError, since the port to kondor_kube)."""
 
 from __future__ import annotations
 
 import asyncio
+import copy
+from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
 import pytest
-from kubernetes import client
-from kubernetes.client.exceptions import ApiException
 
+from kondor_kube.errors import ConflictError
 from kondor_operator.leader import (
     LeaderElector,
     LeaseRecord,
@@ -74,28 +76,20 @@ class FakeLeases:
         self.version += 1
         lease["metadata"]["resourceVersion"] = str(self.version)
 
-    def read_namespaced_lease(self, name: str, namespace: str) -> client.V1Lease:
-        if name not in self.leases:
-            raise ApiException(status=404)
-        lease = client.V1Lease.from_dict(self.leases[name])
-        assert lease is not None
-        return lease
+    def read_lease(self, namespace: str, name: str) -> dict[str, Any] | None:
+        return copy.deepcopy(self.leases.get(name))
 
-    def create_namespaced_lease(self, namespace: str, body: client.V1Lease) -> None:
-        assert body.metadata is not None and body.metadata.name is not None
-        name = body.metadata.name
+    def create_lease(self, namespace: str, body: Mapping[str, Any]) -> None:
+        name = body["metadata"]["name"]
         if name in self.leases:
-            raise ApiException(status=409)
+            raise ConflictError(409)
         self.leases[name] = {"metadata": {"name": name}, "spec": {"leaseTransitions": 0}}
         self._bump(self.leases[name])
 
-    def patch_namespaced_lease(
-        self, name: str, namespace: str, patch: dict[str, Any], _content_type: str
-    ) -> None:
-        assert _content_type == "application/merge-patch+json"
+    def patch_lease(self, namespace: str, name: str, patch: Mapping[str, Any]) -> None:
         lease = self.leases[name]
         if patch["metadata"]["resourceVersion"] != lease["metadata"]["resourceVersion"]:
-            raise ApiException(status=409)
+            raise ConflictError(409)
         for key, value in patch["spec"].items():
             if value is None:
                 lease["spec"].pop(key, None)

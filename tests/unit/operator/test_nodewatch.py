@@ -6,10 +6,9 @@ import threading
 from collections.abc import Iterator
 from typing import Any
 
-from kubernetes.client.exceptions import ApiException
-
 from kondor_core.fleet import NodeFacts
-from kondor_operator.kube import Pacer
+from kondor_kube.errors import ApiError, GoneError
+from kondor_kube.pacer import Pacer
 from kondor_operator.nodewatch import NodeChanges, NodeWatch
 
 
@@ -95,7 +94,7 @@ def test_an_expired_watch_lists_again_and_reports_what_it_missed() -> None:
             ([meta("a", 1, pool="z"), meta("c", 30)], "40"),
         ],
         # An ERROR event, then a 410 answer: both list again, without a back-off.
-        [[gone], [ApiException(status=410)]],
+        [[gone], [GoneError(410)]],
     )
     seen, on_change = recorder()
     stop = threading.Event()
@@ -113,7 +112,7 @@ def test_an_expired_watch_lists_again_and_reports_what_it_missed() -> None:
 def test_the_api_server_failing_backs_off_and_lists_again() -> None:
     source = FakeNodes(
         [([meta("a", 1)], "10"), ([meta("a", 1)], "20")],
-        [[ApiException(status=500)], [ApiException(status=503)]],
+        [[ApiError(500)], [ApiError(503)]],
     )
     stop = threading.Event()
     source.stop_at = (3, stop)
