@@ -16,6 +16,8 @@ HTCondor names it; see README.md beside this file for each attribute's source.
 from kondor_agent.detect._apptainer import Runner, RunResult, apptainer_attributes, run_on_path
 from kondor_agent.detect._cgroups import CgroupFS, CgroupVersion, pod_cgroup
 from kondor_agent.detect._cli import detect_command, register, render_machine
+from kondor_agent.detect._gpudevices import gpu_device_nodes
+from kondor_agent.detect._gpumonitor import GpuMonitor, GpuUsageBook
 from kondor_agent.detect._gpus import NvmlLibrary, discover_gpus, gpu_id
 from kondor_agent.detect._hostfs import DetectionError, HostFS
 from kondor_agent.detect._labels import label_attribute, label_attributes
@@ -31,6 +33,8 @@ __all__ = [
     "Detected",
     "DetectionError",
     "FakeNvml",
+    "GpuMonitor",
+    "GpuUsageBook",
     "HostFS",
     "NvmlLibrary",
     "RunResult",
@@ -43,6 +47,7 @@ __all__ = [
     "detect_machine",
     "discover_gpus",
     "facts",
+    "gpu_device_nodes",
     "gpu_id",
     "label_attribute",
     "label_attributes",

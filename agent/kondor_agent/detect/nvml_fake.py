@@ -23,10 +23,20 @@ answer raises LookupError: a test must not pass on an answer nobody recorded.
     }
 
 The development cluster and demos can use it too: `FakeNvml.load(path)`.
+
+Usage calls (the GPU monitor's) answer from the same per-device keys:
+`nvmlDeviceGetUtilizationRates` ({"gpu": 100, "memory": 41}), `nvmlDeviceGetComputeProcesses`
+([{"pid": 438, "usedGpuMemory": 7453278208}]), `nvmlDeviceGetProcessUtilization` (the samples;
+only those newer than the timestamp asked are returned, NOT_FOUND when none is, as NVML does),
+`nvmlDeviceGetAccountingMode` and `nvmlDeviceGetAccountingStats`. `usage_answers` turns the
+usage recording of `shared/reference/nvml` (`h100-usage-under-load.json`: phases `idle`,
+`busy`, `after_exit`) into those keys, and `FakeNvml.under_load(device, usage, *phases)`
+answers the device recording with them.
 """
 
 from __future__ import annotations
 
+import ast
 import json
 from pathlib import Path
 from types import SimpleNamespace
@@ -79,6 +89,19 @@ class FakeNvml:
     @classmethod
     def load(cls, path: Path) -> FakeNvml:
         return cls(json.loads(Path(path).read_text()))
+
+    @classmethod
+    def under_load(cls, device: Path, usage: Path, *phases: str) -> FakeNvml:
+        """The device recording at `device` (its first GPU) answering the usage calls as
+        the usage recording's `phases` say, later phases winning."""
+        recording = json.loads(Path(device).read_text())
+        answers = usage_answers(json.loads(Path(usage).read_text()), *phases)
+        recording["devices"][0] = {**recording["devices"][0], **answers}
+        return cls(recording)
+
+    def set_usage(self, index: int, answers: dict[str, Any]) -> None:
+        """Replace device `index`'s usage answers (the next poll of a test's story)."""
+        self.recording["devices"][index].update(answers)
 
     def _answer(self, answers: dict[str, Any], call: str, where: str) -> Any:
         self.calls.append(call)
@@ -172,6 +195,29 @@ class FakeNvml:
     def nvmlDeviceGetMaxMigDeviceCount(self, handle: _Handle) -> int:
         return int(self._device(handle, "nvmlDeviceGetMaxMigDeviceCount"))
 
+    # -- usage (the GPU monitor) ---------------------------------------------------------
+
+    def nvmlDeviceGetUtilizationRates(self, handle: _Handle) -> SimpleNamespace:
+        return SimpleNamespace(**self._device(handle, "nvmlDeviceGetUtilizationRates"))
+
+    def nvmlDeviceGetComputeProcesses(self, handle: _Handle) -> list[SimpleNamespace]:
+        return [SimpleNamespace(**p) for p in self._device(handle, "nvmlDeviceGetComputeProcesses")]
+
+    def nvmlDeviceGetProcessUtilization(
+        self, handle: _Handle, last_seen: int
+    ) -> list[SimpleNamespace]:
+        samples = self._device(handle, "nvmlDeviceGetProcessUtilization")
+        newer = [SimpleNamespace(**s) for s in samples if int(s["timeStamp"]) > last_seen]
+        if not newer:
+            raise FakeNvmlError(NVML_CODES["NVML_ERROR_NOT_FOUND"])
+        return newer
+
+    def nvmlDeviceGetAccountingMode(self, handle: _Handle) -> int:
+        return int(self._device(handle, "nvmlDeviceGetAccountingMode"))
+
+    def nvmlDeviceGetAccountingStats(self, handle: _Handle, pid: int) -> SimpleNamespace:
+        return SimpleNamespace(**self._device(handle, "nvmlDeviceGetAccountingStats"))
+
     def nvmlDeviceGetMigDeviceHandleByIndex(self, handle: _Handle, index: int) -> _Handle:
         children = self._device(handle, "migDevices")
         if not 0 <= index < len(children):
@@ -180,3 +226,28 @@ class FakeNvml:
         if set(child) == {"error"}:
             raise FakeNvmlError(NVML_CODES[child["error"]])
         return _Handle(child, f"{handle.where} MIG {index}")
+
+
+def usage_answers(usage: dict[str, Any], *phases: str) -> dict[str, Any]:
+    """The usage recording's `phases` (`idle`, `busy`, `after_exit`) as per-device call
+    answers, later phases winning. Only what was recorded is answered: the compute process
+    list was recorded as Python reprs of pynvml's structures, read back with literal_eval."""
+    answers: dict[str, Any] = {}
+    if "accounting_mode_before" in usage:
+        answers["nvmlDeviceGetAccountingMode"] = usage["accounting_mode_before"]
+    for phase in phases:
+        recorded = usage[phase]
+        if "utilization" in recorded:
+            answers["nvmlDeviceGetUtilizationRates"] = recorded["utilization"]
+        if "memory" in recorded:
+            answers["nvmlDeviceGetMemoryInfo"] = recorded["memory"]
+        if "compute_processes" in recorded:
+            answers["nvmlDeviceGetComputeProcesses"] = [
+                ast.literal_eval(p) if isinstance(p, str) else p
+                for p in recorded["compute_processes"]
+            ]
+        if "process_utilization" in recorded:
+            answers["nvmlDeviceGetProcessUtilization"] = recorded["process_utilization"]
+        if "accounting_stats_job" in recorded:
+            answers["nvmlDeviceGetAccountingStats"] = recorded["accounting_stats_job"]
+    return answers
