@@ -116,171 +116,237 @@ def step_machine(
     after that Match; a dynamic slot whose claim ends is released (`RELEASE_DYNAMIC_SLOT`)
     and leaves `machine.slots`.
     """
+    _check_step(machine, now, slot_facts, slot_events, job_ads)
+    orders = _machine_orders(machine, events)
+    cycle = _Cycle(policy, machine, facts, slot_facts or {}, now, orders)
+    pending_events: dict[str, list[Event]] = {k: list(v) for k, v in (slot_events or {}).items()}
+    cycle.step_slots(orders.broadcast, pending_events, job_ads or {})
+    cycle.slots = [s for s in cycle.slots if not s.deleted]
+    resume = cycle.settle_drain(orders.resume)
+    new_machine = MachineState(
+        slots=tuple(cycle.slots),
+        draining=cycle.draining,
+        resume_on_completion=resume,
+        drain_start=cycle.drain_start,
+        shutting_down=orders.shutting_down,
+        last_step=now,
+        next_dynamic=cycle.next_dynamic,
+    )
+    return MachineStep(machine=new_machine, actions=cycle.actions, transitions=cycle.transitions)
+
+
+def _check_step(
+    machine: MachineState,
+    now: float,
+    slot_facts: Mapping[str, Any] | None,
+    slot_events: Mapping[str, Any] | None,
+    job_ads: Mapping[str, Any] | None,
+) -> None:
+    """Refuse time going backwards, and an event, fact or job ad for a slot the machine lacks."""
     if machine.last_step is not None and now < machine.last_step:
         raise EngineError(
             f"time went backwards: now={now} is before the machine's last step at "
             f"{machine.last_step}; steps must come in time order"
         )
-    slot_facts = slot_facts or {}
-    pending_events: dict[str, list[Event]] = {k: list(v) for k, v in (slot_events or {}).items()}
-    job_ads = job_ads or {}
     known = {s.name for s in machine.slots}
-    for name in [*pending_events, *slot_facts, *job_ads]:
+    for name in [*(slot_events or {}), *(slot_facts or {}), *(job_ads or {})]:
         if name not in known:
             raise EngineError(
                 f"an event, fact or job ad names slot {name!r}, which this machine does not "
                 f"have (slots: {', '.join(sorted(known)) or 'none'})"
             )
 
-    draining = machine.draining
-    resume = machine.resume_on_completion
-    drain_start = machine.drain_start
-    shutting_down = machine.shutting_down
-    broadcast: list[Event] = []
+
+@dataclass
+class _Orders:
+    """The machine-wide orders after this step's events: the drain and the shutdown, and
+    the events every slot is sent."""
+
+    draining: DrainMode | None
+    resume: bool
+    drain_start: str | None
+    shutting_down: ShutdownMode | None
+    broadcast: list[Event]
+
+
+def _machine_orders(machine: MachineState, events: Sequence[Event]) -> _Orders:
+    """Apply the machine-wide events (condor_drain, its cancel, condor_off, condor_vacate)."""
+    orders = _Orders(
+        machine.draining,
+        machine.resume_on_completion,
+        machine.drain_start,
+        machine.shutting_down,
+        [],
+    )
     for event in events:
         if isinstance(event, Drain):
-            if draining is None:
-                draining, resume = event.mode, event.resume_on_completion
+            if orders.draining is None:
+                orders.draining, orders.resume = event.mode, event.resume_on_completion
                 # condor_drain takes -start with -graceful only.
-                drain_start = event.start if event.mode is DrainMode.GRACEFUL else None
-                broadcast.append(event)
+                orders.drain_start = event.start if event.mode is DrainMode.GRACEFUL else None
+                orders.broadcast.append(event)
         elif isinstance(event, CancelDrain):
-            draining, resume, drain_start = None, False, None
+            orders.draining, orders.resume, orders.drain_start = None, False, None
         elif isinstance(event, Shutdown):
-            shutting_down = event.mode
-            broadcast.append(event)
+            orders.shutting_down = event.mode
+            orders.broadcast.append(event)
         elif isinstance(event, Vacate):
-            broadcast.append(event)
+            orders.broadcast.append(event)
         else:
             raise EngineError(
                 f"{type(event).__name__} is addressed to one slot; pass it in slot_events"
             )
+    return orders
 
-    slots = list(machine.slots)
-    next_dynamic = dict(machine.next_dynamic)
-    actions: list[Action] = []
-    transitions: list[Transition] = []
 
-    shared = FilteredFacts(policy, facts)
+class _Cycle:
+    """One polling cycle of the machine in progress: its slots as stepped so far, the
+    machine context each slot sees, and the actions and transitions made."""
 
-    def facts_for(slot: SlotState) -> Mapping[str, Fact]:
-        own = slot_facts.get(slot.name) or (
-            slot_facts.get(slot.parent) if slot.parent is not None else None
+    def __init__(  # noqa: PLR0917 - step_machine's own arguments, passed on
+        self,
+        policy: StartdPolicy,
+        machine: MachineState,
+        facts: Mapping[str, Fact],
+        slot_facts: Mapping[str, Mapping[str, Fact]],
+        now: float,
+        orders: _Orders,
+    ) -> None:
+        self.policy = policy
+        self.facts = facts
+        self.slot_facts = slot_facts
+        self.now = now
+        self.draining = orders.draining
+        self.drain_start = orders.drain_start
+        self.slots = list(machine.slots)
+        self.next_dynamic = dict(machine.next_dynamic)
+        self.actions: list[Action] = []
+        self.transitions: list[Transition] = []
+        self._shared = FilteredFacts(policy, facts)
+        self.finishing = drain_finishing(self.slots, self.draining)
+        self.accepting = (
+            self.drain_start if self.draining is not None and not self.finishing else None
         )
-        return FilteredFacts(policy, {**facts, **own}) if own else shared
+        self.coordinated = self._coordinated_retirement()
+        # Without STARTD_SLOT_ATTRS every slot sees the same machine context: built once
+        # (again if draining changes, when a drain is finalized).
+        self._same_context: MachineContext | None = None
 
-    finishing = drain_finishing(slots, draining)
-    accepting = drain_start if draining is not None and not finishing else None
-    coordinated = None
-    if draining is DrainMode.GRACEFUL:
-        base = MachineContext(draining=draining)
-        coordinated = max(
+    def facts_for(self, slot: SlotState) -> Mapping[str, Fact]:
+        """The slot's facts: the machine's, with its own (or its parent's) over them."""
+        own = self.slot_facts.get(slot.name) or (
+            self.slot_facts.get(slot.parent) if slot.parent is not None else None
+        )
+        return FilteredFacts(self.policy, {**self.facts, **own}) if own else self._shared
+
+    def _coordinated_retirement(self) -> float | None:
+        """condor_drain -graceful: the longest retirement any running job has left."""
+        if self.draining is not DrainMode.GRACEFUL:
+            return None
+        base = MachineContext(draining=self.draining)
+        return max(
             (
-                retirement_remaining(policy, s, facts_for(s), now, machine=base)
-                for s in slots
+                retirement_remaining(self.policy, s, self.facts_for(s), self.now, machine=base)
+                for s in self.slots
                 if s.claim_active() and not (s.claim and s.claim.accepted_while_draining)
             ),
             default=0.0,
         )
 
-    # Without STARTD_SLOT_ATTRS every slot sees the same machine context: build it once
-    # (again if draining changes below, when a drain is finalized).
-    same_context: list[MachineContext] = []
-
-    def context(drain_complete: bool = False) -> MachineContext:
-        if not policy.startd_slot_attrs and not drain_complete:
-            if not same_context or same_context[0].draining is not draining:
-                same_context[:] = [
-                    MachineContext(
-                        draining=draining,
-                        drain_retirement_remaining=coordinated,
-                        drain_start=accepting,
-                        drain_finishing=finishing and drain_start is not None,
-                    )
-                ]
-            return same_context[0]
-        return MachineContext(
-            draining=draining,
-            drain_retirement_remaining=coordinated,
-            drain_complete=drain_complete,
-            drain_start=accepting if draining is not None else None,
-            drain_finishing=finishing and drain_start is not None,
-            slot_attrs=cross_slot_attrs(policy, slots, facts_for),
-        )
-
-    index = 0
-    while index < len(slots):
-        slot = slots[index]
-        own_events = [*broadcast, *pending_events.pop(slot.name, [])]
-        if slot.kind is SlotKind.PARTITIONABLE:
-            matches = _matches_with_activation(own_events)
-            paired = [id(activation) for _, activation in matches if activation is not None]
-            own_events = [e for e in own_events if not isinstance(e, Match) and id(e) not in paired]
-            for match, activation in matches:
-                carved = _carve(
-                    policy,
-                    pslot=slot,
-                    match=match,
-                    facts=facts_for(slot),
-                    now=now,
-                    machine=context(),
-                    next_dynamic=next_dynamic,
+    def context(self, drain_complete: bool = False) -> MachineContext:
+        """What a slot sees of the machine: the drain, and STARTD_SLOT_ATTRS' cross-slot ads."""
+        finishing = self.finishing and self.drain_start is not None
+        if not self.policy.startd_slot_attrs and not drain_complete:
+            same = self._same_context
+            if same is None or same.draining is not self.draining:
+                same = self._same_context = MachineContext(
+                    draining=self.draining,
+                    drain_retirement_remaining=self.coordinated,
+                    drain_start=self.accepting,
+                    drain_finishing=finishing,
                 )
-                if isinstance(carved, Action):
-                    actions.append(carved)
-                    continue
-                dslot, action = carved
-                actions.append(action)
-                slots.insert(index + 1, dslot)
-                pending_events.setdefault(dslot.name, []).append(match)
-                if activation is not None:
-                    pending_events[dslot.name].append(activation)
-        new_slot, slot_actions = step(
-            policy,
-            slot,
-            facts_for(slot),
-            job_ads.get(slot.name),
-            now,
-            own_events,
-            machine=context(),
+            return same
+        return MachineContext(
+            draining=self.draining,
+            drain_retirement_remaining=self.coordinated,
+            drain_complete=drain_complete,
+            drain_start=self.accepting if self.draining is not None else None,
+            drain_finishing=finishing,
+            slot_attrs=cross_slot_attrs(self.policy, self.slots, self.facts_for),
         )
-        slots[index] = new_slot
-        actions.extend(slot_actions)
-        transitions.extend(new_slot.transitions)
-        index += 1
 
-    slots = [s for s in slots if not s.deleted]
+    def step_slots(
+        self,
+        broadcast: Sequence[Event],
+        pending_events: dict[str, list[Event]],
+        job_ads: Mapping[str, Any],
+    ) -> None:
+        """Every slot in order, each seeing the others as they are at that moment; a dynamic
+        slot carved on the way is inserted after its parent and stepped in turn."""
+        index = 0
+        while index < len(self.slots):
+            slot = self.slots[index]
+            own_events = [*broadcast, *pending_events.pop(slot.name, [])]
+            if slot.kind is SlotKind.PARTITIONABLE:
+                own_events = self._carve_matches(index, own_events, pending_events)
+            self._step(index, job_ads.get(slot.name), own_events, self.context())
+            index += 1
 
-    if draining is not None and slots and all(s.state is State.DRAINED for s in slots):
-        # Transition 33 once every slot is drained; then finalize if asked (34).
+    def _carve_matches(
+        self, index: int, own_events: list[Event], pending_events: dict[str, list[Event]]
+    ) -> list[Event]:
+        """A partitionable slot's matches (and their activations) go to dynamic slots carved
+        for them; the events left are the partitionable slot's own."""
+        slot = self.slots[index]
+        matches = _matches_with_activation(own_events)
+        paired = [id(activation) for _, activation in matches if activation is not None]
+        own_events = [e for e in own_events if not isinstance(e, Match) and id(e) not in paired]
+        for match, activation in matches:
+            carved = _carve(
+                self.policy,
+                pslot=slot,
+                match=match,
+                facts=self.facts_for(slot),
+                now=self.now,
+                machine=self.context(),
+                next_dynamic=self.next_dynamic,
+            )
+            if isinstance(carved, Action):
+                self.actions.append(carved)
+                continue
+            dslot, action = carved
+            self.actions.append(action)
+            self.slots.insert(index + 1, dslot)
+            pending_events.setdefault(dslot.name, []).append(match)
+            if activation is not None:
+                pending_events[dslot.name].append(activation)
+        return own_events
+
+    def _step(
+        self, index: int, job_ad: Any, events: Sequence[Event], machine: MachineContext
+    ) -> None:
+        slot = self.slots[index]
+        new_slot, slot_actions = step(
+            self.policy, slot, self.facts_for(slot), job_ad, self.now, events, machine=machine
+        )
+        self.slots[index] = new_slot
+        self.actions.extend(slot_actions)
+        self.transitions.extend(new_slot.transitions)
+
+    def settle_drain(self, resume: bool) -> bool:
+        """Once every slot is drained: Retiring to Idle (33), then Owner if the drain was to
+        resume on completion (34). Returns whether the machine still resumes on completion."""
+        slots = self.slots
+        if self.draining is None or not slots or any(s.state is not State.DRAINED for s in slots):
+            return resume
         for i, slot in enumerate(slots):
             if slot.activity is Activity.RETIRING:
-                new_slot, slot_actions = step(
-                    policy, slot, facts_for(slot), None, now, (), machine=context(True)
-                )
-                slots[i] = new_slot
-                actions.extend(slot_actions)
-                transitions.extend(new_slot.transitions)
+                self._step(i, None, (), self.context(True))
         if resume:
-            draining, resume, drain_start = None, False, None
-            for i, slot in enumerate(slots):
-                new_slot, slot_actions = step(
-                    policy, slot, facts_for(slot), None, now, (), machine=context()
-                )
-                slots[i] = new_slot
-                actions.extend(slot_actions)
-                transitions.extend(new_slot.transitions)
-
-    new_machine = MachineState(
-        slots=tuple(slots),
-        draining=draining,
-        resume_on_completion=resume,
-        drain_start=drain_start,
-        shutting_down=shutting_down,
-        last_step=now,
-        next_dynamic=next_dynamic,
-    )
-    return MachineStep(machine=new_machine, actions=actions, transitions=transitions)
+            self.draining, resume, self.drain_start = None, False, None
+            for i in range(len(slots)):
+                self._step(i, None, (), self.context())
+        return resume
 
 
 def drain_finishing(slots: Sequence[SlotState], draining: DrainMode | None) -> bool:
