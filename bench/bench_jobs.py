@@ -105,6 +105,7 @@ def agent_overhead(runs: int) -> tuple[list[float], list[float]]:
     from kondor_agent.loop import Agent, AgentConfig  # noqa: PLC0415
     from kondor_agent.runtimes.process import ProcessJobs  # noqa: PLC0415
     from kondor_agent.runtimes.process_launcher import ProcessLauncher  # noqa: PLC0415
+    from kondor_agent.services import JobService  # noqa: PLC0415
     from kondor_core.api import Machine  # noqa: PLC0415
 
     node = "bench-node"
@@ -129,7 +130,7 @@ def agent_overhead(runs: int) -> tuple[list[float], list[float]]:
         _EP(node, policy),
         lambda: machine,
         live=lambda _now: {},
-        jobs=runner,
+        services=[JobService(runner)],
     )
     agent.step()  # carve and go Unclaimed
     seen: list[float] = []

@@ -42,6 +42,7 @@ from kondor_agent.kube import (
 from kondor_agent.loop import Agent, AgentConfig
 from kondor_agent.machinefile import MachineFile
 from kondor_agent.runtimes.pod import PodHandle, PodLauncher
+from kondor_agent.services import JobService
 from kondor_core.api import (
     EXECUTION_JOBS,
     EXECUTION_POINT_LABEL,
@@ -450,7 +451,15 @@ class FleetProcess:
                 time.time,
             )
             config = AgentConfig(node_name=machine.name, polling_interval=polling_interval)
-            agents.append(Agent(config, shared, _constant(machine), jobs=runner, compiler=compiler))
+            agents.append(
+                Agent(
+                    config,
+                    shared,
+                    _constant(machine),
+                    services=[JobService(runner)],
+                    compiler=compiler,
+                )
+            )
         return cls(api, agents, eps, jobs, pods, policies)
 
     def start_watches(self, fleet: Fleet) -> None:

@@ -3,29 +3,25 @@ act → report, one polling interval at a time.
 
 Everything that decides is pure (`kondor_agent.startd`, `kondor_agent.report`, the core);
 this module gathers the inputs through injected objects (the API, the machine source, the
-live facts, the clock) and applies the results, so tests drive it with fakes and fake time.
+live facts, the clock, the node's services: `kondor_agent.services`) and applies the results,
+so tests drive it with fakes and fake time.
 """
 
 from __future__ import annotations
 
-import copy
 import logging
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, TypeVar
 
 from pydantic import ValidationError
 
-from kondor_agent.backfill import BackfillRunner
-from kondor_agent.benchmarks import BenchmarkRunner
-from kondor_agent.cod import CodRunner
-from kondor_agent.cron import CronRunner
-from kondor_agent.jobs import SLOT_USAGE_ATTRIBUTES, JobRunner
-from kondor_agent.kube import ExecutionPointAPI, NotFoundError, WriteError
+from kondor_agent.kube import ExecutionPointAPI
 from kondor_agent.metrics import AgentMetrics
-from kondor_agent.report import Coalescer
+from kondor_agent.services import NodeService
+from kondor_agent.status import PowerWatch, StatusReport, Written
 from kondor_core import startd
 from kondor_core.api import (
     InvalidObjectError,
@@ -37,28 +33,16 @@ from kondor_core.api import (
     describe_errors,
     validate,
 )
-from kondor_core.api.base import Condition
-from kondor_core.api.conditions import set_condition
 from kondor_core.api.executionpoint import (
     DrainStatus,
     ExecutionPointSpec,
     ExecutionPointStatus,
-    PowerStatus,
 )
-from kondor_core.api.meta import format_time
 from kondor_core.config import EffectivePolicy, PolicyError, compile_policy
 from kondor_core.fleet import policy_verdict
-from kondor_core.policy import Action, ActionKind, BenchmarksDone, EngineError, Event
-from kondor_core.policy import Activity as EngineActivity
-from kondor_core.policy import State as EngineState
+from kondor_core.policy import Action, ActionKind, EngineError, Event, Transition
 from kondor_core.slots import LayoutError
-from kondor_core.startd.cod import engine_events as cod_engine_events
 from kondor_core.startd.drain import drain_status, drain_step, exited, resumed
-from kondor_core.startd.power import PowerConfigError, check_interval, power_status
-from kondor_core.startd.power import evaluate as evaluate_hibernate
-
-if TYPE_CHECKING:  # httpx is imported only where work is fetched
-    from kondor_agent.fetchwork import FetchWork
 
 log = logging.getLogger("kondor_agent")
 
@@ -86,13 +70,16 @@ class AgentConfig:
 
 #: Actions `kondor_core.startd.tick` has already carried out in its carve model.
 _DONE_BY_THE_STARTD = (ActionKind.CARVE_DYNAMIC_SLOT, ActionKind.RELEASE_DYNAMIC_SLOT)
-#: How often a running job's end is looked for between polling ticks (seconds): one stat per
-#: job; at 0.2 s an agent with 8 jobs used 1.3% of a core idle (bench/bench_agent_idle.py).
-JOB_WATCH_INTERVAL = 0.5
+#: A kind of service (`Agent.service`).
+S = TypeVar("S", bound=NodeService)
 
 
 class Agent:
-    """One node's agent. `step()` runs what is due and returns when to call it next."""
+    """One node's agent. `step()` runs what is due and returns when to call it next.
+
+    `services` are the node's services (jobs, COD, cron, benchmarks, backfill, fetch work:
+    `kondor_agent.services`), driven in the order given; none (tests, --oneshot, a fleet
+    simulation) publishes the slots alone."""
 
     def __init__(
         self,
@@ -103,31 +90,14 @@ class Agent:
         live: LiveFacts = no_live_facts,
         clock: Callable[[], float] = time.time,
         metrics: AgentMetrics | None = None,
-        cron: CronRunner | None = None,
-        benchmarks: BenchmarkRunner | None = None,
-        jobs: JobRunner | None = None,
-        cod: CodRunner | None = None,
-        fetch: FetchWork | None = None,
+        services: Sequence[NodeService] = (),
         compiler: Callable[[SlotPolicySpec], EffectivePolicy] = compile_policy,
     ) -> None:
         self.config = config
         #: Compiles a SlotPolicy's spec (`compile_policy`; a fleet simulation shares one
         #: compile among its agents, as if each node had compiled it on its own CPU).
         self.compiler = compiler
-        #: The node's COD claims and their applications; None: no COD (tests, --oneshot).
-        self.cod = cod
-        #: Runs the slots' fetch-work hooks; None: no work is fetched.
-        self.fetch = fetch
-        #: When the next fetch is due (a slot's FetchWorkDelay after its last one).
-        self._fetch_due: float | None = None
-        #: Runs the policy's startd cron jobs; None: no cron (their ads stay empty).
-        self.cron = cron
-        #: Runs Mips/KFlops when the engine asks (run-benchmarks); None: not carried out.
-        self.benchmarks = benchmarks
-        #: Claims and runs the jobs matched to this node; None: no jobs (tests, --oneshot).
-        self.jobs = jobs
-        if cron is not None:
-            cron.machine_ad = self._machine_ad
+        self.services = list(services)
         self.api = api
         self.machines = machines
         self.live = live
@@ -136,65 +106,66 @@ class Agent:
         self.startd: startd.Startd | None = None
         #: The SlotPolicy spec `self.startd` was carved under.
         self._carved_spec: SlotPolicySpec | None = None
-        self.coalescer = Coalescer(
-            debounce=config.debounce,
-            volatile=frozenset(startd.CLOCK_ATTRIBUTES) | SLOT_USAGE_ATTRIBUTES,
+        self.report = StatusReport(
+            debounce=config.debounce, volatile=frozenset(startd.CLOCK_ATTRIBUTES)
         )
-        self.conditions: list[Condition] = []
+        #: The writes' coalescer (`report`'s).
+        self.coalescer = self.report.coalescer
         self._published: ExecutionPointStatus | None = None
         self._started = False
         self._policy_ref: ResolvedPolicy | None = None
         self._policy: SlotPolicy | None = None
         self._next_tick: float | None = None
         self._waiting_for_ep = False
-        #: Called with the whole status after each successful write.
-        self.on_written: Callable[[Mapping[str, Any]], None] | None = None
         self._wakeup = threading.Event()
         self._woken = False
-        self._degraded = False
         #: The drain request (its requestedAt) the startd was given, and how it goes.
         self._drain_applied: str | None = None
         self._drain: DrainStatus | None = None
         #: Power management: the slots' last HIBERNATE agreement and when it was checked.
-        self._power: PowerStatus | None = None
-        self._power_checked: float | None = None
-        #: Runs the SlotPolicy's backfill process on slots in Backfill; None: not carried out.
-        self.backfill: BackfillRunner | None = None
+        self.power = PowerWatch()
+        for service in self.services:
+            service.attach(lambda: self.startd)
 
     @property
     def name(self) -> str:
         return self.config.node_name
+
+    @property
+    def on_written(self) -> Callable[[Mapping[str, Any]], None] | None:
+        """Called with the whole status after each successful write."""
+        return self.report.on_written
+
+    @on_written.setter
+    def on_written(self, call: Callable[[Mapping[str, Any]], None] | None) -> None:
+        self.report.on_written = call
+
+    def service(self, kind: type[S]) -> S | None:
+        """The first of the agent's services of type `kind`, None if it has none."""
+        return next((s for s in self.services if isinstance(s, kind)), None)
+
+    def close(self) -> None:
+        """Stop the services (their threads, the backfill processes)."""
+        for service in self.services:
+            service.close()
 
     # -- one step ----------------------------------------------------------------------------
 
     def step(self) -> float:
         """Evaluate if a polling tick is due, write if a write is due; the next wake time."""
         now = self.clock()
-        if self.jobs is not None and self.jobs.deferred:
-            self.jobs.start_deferred()  # at their DeferralTime, not at the next tick
-        if self.jobs is not None and self.jobs.any_ended():
-            self._woken = True  # a job's exit is a state change: act on it now
-        if self.cod is not None and self.cod.any_ended():
-            self._woken = True  # a COD application's exit too
-        fetch_due = self._fetch_due is not None and now >= self._fetch_due
-        if self._woken or fetch_due or self._next_tick is None or now >= self._next_tick:
+        # Every service is asked (deferred jobs start at their DeferralTime, not at a tick).
+        due = [service.between_ticks(now) for service in self.services]
+        if any(due) or self._woken or self._next_tick is None or now >= self._next_tick:
             self._woken = False  # before the tick: a wake during it asks for another one
             self._tick(now)
             self._next_tick = now + self._polling_interval()
         if self.coalescer.due(now):
             self._write(now)
-        wake = self._next_tick
-        if (self.jobs is not None and self.jobs.running) or (
-            self.cod is not None and self.cod.busy
-        ):
-            wake = min(wake, now + JOB_WATCH_INTERVAL)
-        deferred = self.jobs.next_deferred() if self.jobs is not None else None
-        if deferred is not None:
-            wake = min(wake, max(deferred, now))
-        if self._fetch_due is not None:
-            wake = min(wake, max(self._fetch_due, now))
-        due = self.coalescer.next_due()
-        return wake if due is None else min(wake, max(due, now))
+        wakes = [service.next_wake(now) for service in self.services]
+        wake = min([self._next_tick, *(w for w in wakes if w is not None)])
+        write = self.coalescer.next_due()
+        return wake if write is None else min(wake, max(write, now))
 
     def wake(self) -> None:
         """Evaluate now rather than at the next polling tick: the ExecutionPoint changed (a
@@ -222,71 +193,15 @@ class Agent:
     # -- the cycle ---------------------------------------------------------------------------
 
     def _tick(self, now: float) -> None:
-        self._degraded = False
-        try:
-            machine = self.machines()
-        except Exception as err:  # a bad machine file, a failed detection: said in Ready
-            self._condition(now, "False", "MachineUnknown", f"cannot describe the machine: {err}")
-            self._observe_nothing(now)
-            return
-        try:
-            ep = self.api.read_execution_point(self.name)
-        except Exception as err:  # a read that fails is retried at the next tick
-            log.warning("cannot read executionpoint %s: %s", self.name, err)
-            return
-        if ep is None:
-            if not self._waiting_for_ep:
-                log.info(
-                    "executionpoint %s does not exist yet; waiting for the operator", self.name
-                )
-            self._waiting_for_ep = True
-            return
-        self._waiting_for_ep = False
-        if self.fetch is not None:
-            self.fetch.execution_point_uid = (ep.get("metadata") or {}).get("uid")
-        if not self._started:
-            self._restart_from(ep.get("status"))
-        spec = self._spec(ep)
-        if spec is None:
-            return
-        if spec.policy is None:
-            self.startd = None
-            if self.cron is not None:
-                self.cron.configure((), self.cron.settings)
-            self._condition(now, "False", "NoPolicy", "no SlotPolicy selects this node")
-            self._observe_nothing(now)
-            return
-        self._load_policy(spec.policy, now)
-        if self._policy is None:
-            self._observe_nothing(now)
-            return
-        self._carve(machine, self._policy, now)
-        if self.startd is None:
-            self._observe_nothing(now)
-            return
-        if exited(spec.drain, self._drain):
-            self._serve_nothing_after_exit(now)
+        """One polling tick: the inputs, the services' observations, the engine, the
+        actions, the status."""
+        self.report.begin_tick()
+        spec = self._carved_for(now)
+        if spec is None or self.startd is None:
             return
         live = self.live(now)
         self.coalescer.volatile = self.coalescer.volatile | frozenset(live)
-        events = self._gather_hooks(now)
-        if self.jobs is not None:
-            for slot, said in self.jobs.events(self.startd).items():
-                events.setdefault(slot, []).extend(said)
-        if self.backfill is not None:
-            busy = [
-                slot.name
-                for slot in self.startd.state.slots
-                if slot.state is EngineState.BACKFILL
-                and slot.activity in (EngineActivity.BUSY, EngineActivity.KILLING)
-            ]
-            for slot, said in self.backfill.events_for(busy).items():
-                events.setdefault(slot, []).extend(said)
-        if self.cod is not None:
-            # The batch claims under running COD applications go Claimed/Suspended (and back).
-            suspended = self.cod.suspended_slots()
-            for slot, said in cod_engine_events(self.startd.state.slots, suspended).items():
-                events.setdefault(slot, []).extend(said)
+        events = self._observe_services(now)
         if self._drain_applied is None:
             self._drain_applied = resumed(spec.drain, self._drain)  # an earlier agent's, done
         drain = drain_step(spec.drain, self._drain_applied)
@@ -297,92 +212,129 @@ class Agent:
         self.metrics.evaluation.observe(time.perf_counter() - started)
         self._drain_applied = drain.applied
         self._drain = drain_status(spec.drain, result.startd.state, self._drain, now)
-        if self.jobs is not None:
-            self.jobs.delivered()
         self.startd = result.startd
-        self._check_power(live, now)
-        self._stop_stray_backfill()
-        for transition in result.transitions:
-            log.info(
-                "%s: %s/%s -> %s/%s (%s)",
-                transition.slot,
-                transition.from_state,
-                transition.from_activity,
-                transition.state,
-                transition.activity,
-                transition.reason,
-            )
+        for service in self.services:
+            service.settle(self.startd)
+        trouble = self.power.check(self.startd, live, now)
+        if trouble is not None:
+            self.report.condition(now, "False", "PolicyInvalid", trouble)
+        _log_transitions(result.transitions)
         pending = self._carry_out(result.actions)
         if pending:
             for action in pending:
                 log.warning("not carried out: %s", action.as_dict())
             self.metrics.not_carried_out(pending)
-        if self.fetch is not None:
-            runs = self.jobs.running.values() if self.jobs is not None else ()
-            running = {run.slot: run.job for run in runs}
-            known = {} if self.jobs is None else self.jobs.known_jobs()
-            self._fetch_due = self.fetch.step(self.startd, running, known, now)
-        if not self._degraded:
-            self._condition(
-                now, "True", "SlotsPublished", f"slots carved with SlotPolicy {spec.policy.name}"
+        if not self.report.degraded:
+            assert spec.policy is not None
+            message = f"slots carved with SlotPolicy {spec.policy.name}"
+            self.report.condition(now, "True", "SlotsPublished", message)
+        self._publish_slots(live, now)
+
+    def _carved_for(self, now: float) -> ExecutionPointSpec | None:
+        """Read the machine, the ExecutionPoint and its SlotPolicy, and carve the slots; the
+        ExecutionPoint's spec when the engine has slots to evaluate, else None (with no slots
+        published and Ready saying why, or nothing written when the ExecutionPoint cannot
+        be read)."""
+        try:
+            machine = self.machines()
+        except Exception as err:  # a bad machine file, a failed detection: said in Ready
+            self.report.condition(
+                now, "False", "MachineUnknown", f"cannot describe the machine: {err}"
             )
-        usage = self.jobs.slot_usage(now) if self.jobs is not None else None
-        if self.cod is not None:
-            usage = self._cod_tick(now, usage)
-        status = startd.status(self.startd, live, now, conditions=self.conditions, usage=usage)
+            self._observe_nothing(now)
+            return None
+        ep = self._read_execution_point()
+        if ep is None:
+            return None
+        spec = _parse_spec(self.name, ep)
+        if spec is None:
+            return None
+        if spec.policy is None:
+            self.startd = None
+            for service in self.services:
+                service.configure(None, reconfig=False)
+            self.report.condition(now, "False", "NoPolicy", "no SlotPolicy selects this node")
+            self._observe_nothing(now)
+            return None
+        self._load_policy(spec.policy, now)
+        if self._policy is not None:
+            self._carve(machine, self._policy, now)
+        if self._policy is None or self.startd is None:
+            self._observe_nothing(now)
+            return None
+        if exited(spec.drain, self._drain):
+            self._serve_nothing_after_exit(now)
+            return None
+        return spec
+
+    def _read_execution_point(self) -> Mapping[str, Any] | None:
+        """The node's ExecutionPoint (None: unreadable, or not created yet); the first one
+        read restarts the agent from what it last published."""
+        try:
+            ep = self.api.read_execution_point(self.name)
+        except Exception as err:  # a read that fails is retried at the next tick
+            log.warning("cannot read executionpoint %s: %s", self.name, err)
+            return None
+        if ep is None:
+            if not self._waiting_for_ep:
+                log.info(
+                    "executionpoint %s does not exist yet; waiting for the operator", self.name
+                )
+            self._waiting_for_ep = True
+            return None
+        self._waiting_for_ep = False
+        for service in self.services:
+            service.execution_point(ep)
+        if not self._started:
+            self._restart_from(ep.get("status"))
+        return ep
+
+    def _observe_services(self, now: float) -> dict[str, list[Event]]:
+        """Each service's ads merged into the startd, in turn; the events they tell it."""
+        events: dict[str, list[Event]] = {}
+        for service in self.services:
+            assert self.startd is not None
+            seen = service.observe(self.startd, now)
+            self.startd = seen.node
+            self.coalescer.volatile = self.coalescer.volatile | seen.volatile
+            for slot, said in seen.events.items():
+                events.setdefault(slot, []).extend(said)
+        return events
+
+    def _carry_out(self, actions: Sequence[Action]) -> list[Action]:
+        """The services carry out the actions they know, in turn; the actions left."""
+        assert self.startd is not None
+        left = list(actions)
+        for service in self.services:
+            left = service.carry_out(self.startd, left, self._policy)
+        return [action for action in left if action.kind not in _DONE_BY_THE_STARTD]
+
+    def _publish_slots(self, live: Mapping[str, Any], now: float) -> None:
+        """The slots' status, with what the services add to the slot ads, observed for the
+        next write (at once where a service asks)."""
+        assert self.startd is not None
+        usage: dict[str, dict[str, Any]] = {}
+        write_now = False
+        for service in self.services:
+            given = service.after_tick(self.startd, now)
+            for slot, attributes in given.attributes.items():
+                usage.setdefault(slot, {}).update(attributes)
+            self._woken = self._woken or given.look_again
+            write_now = write_now or given.write_now
+        status = startd.status(
+            self.startd, live, now, conditions=self.report.conditions, usage=usage
+        )
         status = status.model_copy(update={"drain": self._drain})
         self.metrics.set_slots((slot.state, slot.activity) for slot in status.slots)
         self._observe_status(now, status)
-        if (
-            self.cron is not None
-            and self.cron.take_update()
-            and self.coalescer.changed_since is None
-        ):
-            # `- update:true` (or STARTD_CRON_AUTOPUBLISH): write now, not at the heartbeat.
+        if write_now and self.coalescer.changed_since is None:
             self.coalescer.changed_since = now
-
-    def _cod_tick(
-        self, now: float, usage: dict[str, dict[str, Any]] | None
-    ) -> dict[str, dict[str, Any]]:
-        """Step the COD claims, suspend or resume the batch jobs under them, and add what
-        the slot ads show of them to the slots' attributes."""
-        assert self.cod is not None and self.startd is not None
-        self.cod.tick(self.startd, now)
-        suspended = self.cod.suspended_slots()
-        if self.jobs is not None:
-            self.jobs.suspend_for_cod(suspended)
-        if cod_engine_events(self.startd.state.slots, suspended):
-            self._woken = True  # a COD application started or ended: the engine follows now
-        merged = {slot: dict(attributes) for slot, attributes in (usage or {}).items()}
-        for slot, attributes in self.cod.slot_attributes().items():
-            merged.setdefault(slot, {}).update(attributes)
-        return merged
-
-    def _check_power(self, live: Mapping[str, Any], now: float) -> None:
-        """HIBERNATE in every slot, each HIBERNATE_CHECK_INTERVAL seconds (power management
-        is off, and `status.power` absent, when the policy does not set it)."""
-        assert self.startd is not None
-        try:
-            interval = check_interval(self.startd.policy.macros)
-        except PowerConfigError as err:
-            self._condition(now, "False", "PolicyInvalid", str(err))
-            interval = 0.0
-        if interval <= 0:
-            self._power = self._power_checked = None
-            return
-        if self._power_checked is not None and now - self._power_checked < interval:
-            return
-        self._power_checked = now
-        agreement = evaluate_hibernate(self.startd, live, now)
-        if self._power is None or agreement.state != self._power.sleep_state:
-            log.info("power: sleep state %s (%s)", agreement.state, agreement.why or "all agree")
-        self._power = power_status(agreement, self._power, now)
 
     def _serve_nothing_after_exit(self, now: float) -> None:
         """condor_drain -exit-on-completion, carried out: as an exited startd's ads leave the
         collector, the node publishes no slots (so nothing is matched to it) until the drain
         is cancelled or replaced; the drain's status stays to say why."""
-        self._condition(
+        self.report.condition(
             now,
             "False",
             "Exited",
@@ -391,87 +343,17 @@ class Agent:
         )
         self.metrics.set_slots(())
         self._observe_status(
-            now, ExecutionPointStatus(conditions=self.conditions, drain=self._drain)
+            now, ExecutionPointStatus(conditions=self.report.conditions, drain=self._drain)
         )
-
-    def _stop_stray_backfill(self) -> None:
-        """Kill a backfill process whose slot is no longer in Backfill (it moved on before the
-        process's start was told to it, or the slot is gone)."""
-        if self.backfill is None or not self.backfill.running:
-            return
-        assert self.startd is not None
-        backfilling = {
-            slot.name for slot in self.startd.state.slots if slot.state is EngineState.BACKFILL
-        }
-        for slot in self.backfill.running - backfilling:
-            self.backfill.kill(slot)
-
-    def _gather_hooks(self, now: float) -> dict[str, list[Event]]:
-        """Merge the cron jobs' latest ads and finished benchmarks into the startd; the
-        BenchmarksDone events for the slots that were benchmarking."""
-        assert self.startd is not None
-        if self.cron is not None:
-            self.startd = startd.with_cron_ads(self.startd, self.cron.ads())
-            # Cron output goes out with the next write, as HTCondor's with the next update.
-            self.coalescer.volatile = self.coalescer.volatile | self.cron.attribute_names()
-        done = self.benchmarks.poll() if self.benchmarks is not None else None
-        if done is None:
-            return {}
-        log.info("benchmarks: Mips %d, KFlops %d (%.2fs)", done.mips, done.kflops, done.seconds)
-        self.startd = startd.with_benchmarks(self.startd, done.attributes(now))
-        return {
-            slot.name: [BenchmarksDone()]
-            for slot in self.startd.state.slots
-            if slot.activity is EngineActivity.BENCHMARKING
-        }
-
-    def _carry_out(self, actions: Sequence[Action]) -> list[Action]:
-        """Carry out the jobs' actions, the benchmarks and backfill; the actions left."""
-        assert self.startd is not None
-        if self.jobs is not None:
-            actions = self.jobs.carry_out(self.startd, actions)
-        left = []
-        spec = self._policy.spec.backfill if self._policy is not None else None
-        for action in actions:
-            if action.kind is ActionKind.RUN_BENCHMARKS and self.benchmarks is not None:
-                self.benchmarks.start()
-            elif action.kind is ActionKind.START_BACKFILL and self.backfill and spec:
-                self.backfill.start(action.slot, spec)
-            elif action.kind is ActionKind.KILL_BACKFILL and self.backfill is not None:
-                self.backfill.kill(action.slot)
-            elif action.kind not in _DONE_BY_THE_STARTD:
-                left.append(action)
-        return left
-
-    def _machine_ad(self) -> Mapping[str, Any]:
-        """What a cron job's CONDITION sees: the machine ad, without slot attributes."""
-        node = self.startd
-        return startd.machine_ad(node, {}) if node is not None else {}
 
     def _restart_from(self, raw: Any) -> None:
         """A (re)started agent takes back what it last published."""
         self._started = True
-        if not isinstance(raw, Mapping):
-            return
-        raw = copy.deepcopy(raw)  # kept: not the watch's own object
-        self.coalescer.start_from(raw)
-        try:
-            self._published = ExecutionPointStatus.model_validate(dict(raw))
-        except ValidationError as err:
-            log.warning("ignoring the published status: %s", "; ".join(describe_errors(err)))
-            return
-        self.conditions = list(self._published.conditions)
-        self._drain = self._published.drain
-        self._power = self._published.power
-        if self._published.slots:
-            log.info("restarting from %d published slots", len(self._published.slots))
-
-    def _spec(self, ep: Mapping[str, Any]) -> ExecutionPointSpec | None:
-        try:
-            return ExecutionPointSpec.model_validate(ep.get("spec") or {})
-        except ValidationError as err:
-            log.error("executionpoint %s: bad spec: %s", self.name, "; ".join(describe_errors(err)))
-            return None
+        published = self.report.restart_from(raw)
+        if published is not None:
+            self._published = published
+            self._drain = published.drain
+            self.power.status = published.power
 
     def _load_policy(self, ref: PolicyRef, now: float) -> None:
         """Follow the SlotPolicy the ExecutionPoint names: take each new generation of it (as
@@ -485,7 +367,9 @@ class Agent:
             log.warning("cannot read slotpolicy %s: %s", ref.name, err)
             return
         if raw is None:
-            self._condition(now, "False", "PolicyNotFound", f"SlotPolicy {ref.name} not found")
+            self.report.condition(
+                now, "False", "PolicyNotFound", f"SlotPolicy {ref.name} not found"
+            )
             self._policy = None
             self.startd = None
             return
@@ -502,16 +386,16 @@ class Agent:
         if verdict.state == "pending":
             if self.startd is None:
                 message = f"{what} is not checked by the operator yet"
-                self._condition(now, "False", "PolicyPending", message)
+                self.report.condition(now, "False", "PolicyPending", message)
             return
         if verdict.state == "invalid":
             message = f"{what} is invalid: {verdict.message}{kept}"
-            self._condition(now, "False", "PolicyInvalid", message)
+            self.report.condition(now, "False", "PolicyInvalid", message)
             return
         try:
             policy = validate(SlotPolicy, _manifest(raw), what=f"slotpolicy {ref.name}")
         except InvalidObjectError as err:
-            self._condition(now, "False", "PolicyInvalid", f"{err}{kept}")
+            self.report.condition(now, "False", "PolicyInvalid", f"{err}{kept}")
             return
         assert isinstance(policy, SlotPolicy)
         self._policy = policy
@@ -551,7 +435,7 @@ class Agent:
             # As a startd keeps its configuration when a reconfig fails, the slots stay.
             kept = "" if current is None else "; the slots stay as they were"
             message = f"SlotPolicy {ref.name} does not fit this machine: {err}{kept}"
-            self._condition(now, "False", "PolicyInvalid", message)
+            self.report.condition(now, "False", "PolicyInvalid", message)
             return
         if ref.hash and ref.hash != self.startd.compiled_hash:
             log.warning(
@@ -562,10 +446,8 @@ class Agent:
             )
         for warning in self.startd.warnings:
             log.warning("slotpolicy %s: %s", ref.name, warning)
-        if self.cron is not None:
-            self.cron.configure(
-                self.startd.cron_jobs, self.startd.cron_settings, reconfig=current is not None
-            )
+        for service in self.services:
+            service.configure(self.startd, reconfig=current is not None)
         what = "carved" if current is None else "re-carved"
         log.info(
             "%s %d slots with slotpolicy %s generation %d",
@@ -575,56 +457,43 @@ class Agent:
             ref.generation,
         )
 
-    def _condition(self, now: float, status: str, reason: str, message: str) -> None:
-        """Set the Ready condition; log it when it changes (not on every tick): a wait for
-        the operator's check is news, anything else not Ready an error."""
-        self._degraded = self._degraded or status != "True"
-        old = next((c for c in self.conditions if c.type == READY), None)
-        if old is None or (old.status, old.reason, old.message) != (status, reason, message):
-            news = status == "True" or reason == "PolicyPending"
-            log.log(logging.INFO if news else logging.ERROR, "%s: %s", reason, message)
-        self.conditions = set_condition(
-            self.conditions,
-            Condition(type=READY, status=status, reason=reason, message=message),
-            now,
-        )
-
     def _observe_nothing(self, now: float) -> None:
         """Publish no slots (nothing carved), with the conditions that say why."""
-        status = ExecutionPointStatus(conditions=self.conditions)
+        status = ExecutionPointStatus(conditions=self.report.conditions)
         self.metrics.set_slots(())
         self._observe_status(now, status)
 
     def _observe_status(self, now: float, status: ExecutionPointStatus) -> None:
-        if self.startd is not None and self._power is not None:
-            status = status.model_copy(update={"power": self._power})
-        document = status.dump()
-        document.pop("operator", None)  # the operator's subtree: never written here
-        self.coalescer.update_interval = self._update_interval()
-        self.coalescer.observe(document, now)
+        if self.startd is not None and self.power.status is not None:
+            status = status.model_copy(update={"power": self.power.status})
+        self.report.observe(now, status, self._update_interval())
 
     # -- report ------------------------------------------------------------------------------
 
     def _write(self, now: float) -> None:
-        patch = self.coalescer.patch(format_time(now))
-        try:
-            self.api.patch_status(self.name, patch)
-        except NotFoundError:
-            self.metrics.api_writes.labels("not-found").inc()
-            log.warning("executionpoint %s is gone; waiting for it again", self.name)
-            self.coalescer.failed(now)
-            self._started = False
-            self.coalescer.published = None
-            return
-        except (WriteError, OSError, Exception) as err:
-            self.metrics.api_writes.labels("error").inc()
-            log.warning("writing the status of executionpoint %s failed: %s", self.name, err)
-            self.coalescer.failed(now)
-            return
-        self.metrics.api_writes.labels("ok").inc()
-        self.coalescer.written(patch, now)
-        if self.on_written is not None and self.coalescer.published is not None:
-            self.on_written(self.coalescer.published)
+        if self.report.write(self.api, self.name, self.metrics, now) is Written.GONE:
+            self._started = False  # a new one is taken back from its status, as at a restart
+
+
+def _parse_spec(name: str, ep: Mapping[str, Any]) -> ExecutionPointSpec | None:
+    try:
+        return ExecutionPointSpec.model_validate(ep.get("spec") or {})
+    except ValidationError as err:
+        log.error("executionpoint %s: bad spec: %s", name, "; ".join(describe_errors(err)))
+        return None
+
+
+def _log_transitions(transitions: Sequence[Transition]) -> None:
+    for transition in transitions:
+        log.info(
+            "%s: %s/%s -> %s/%s (%s)",
+            transition.slot,
+            transition.from_state,
+            transition.from_activity,
+            transition.state,
+            transition.activity,
+            transition.reason,
+        )
 
 
 def _manifest(raw: Mapping[str, Any]) -> dict[str, Any]:

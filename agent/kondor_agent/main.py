@@ -29,7 +29,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from types import FrameType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kondor_agent.backfill import BackfillRunner, KubeBackfillPods
 from kondor_agent.benchmarks import BenchmarkRunner, measure
@@ -43,6 +43,15 @@ from kondor_agent.machinefile import MachineFile, load
 from kondor_agent.metrics import AgentMetrics
 from kondor_agent.runtimes.process import ProcessJobs
 from kondor_agent.runtimes.process_launcher import ProcessLauncher
+from kondor_agent.services import (
+    BackfillService,
+    BenchmarkService,
+    CodService,
+    CronService,
+    FetchService,
+    JobService,
+    NodeService,
+)
 from kondor_core import startd
 from kondor_core.api import InvalidObjectError, Machine, ResolvedPolicy, SlotPolicy
 from kondor_core.config import PolicyError, compile_policy
@@ -50,6 +59,9 @@ from kondor_core.cron import DEFAULT_HOOKS_DIR
 from kondor_core.policy import ActionKind, BenchmarksDone, EngineError
 from kondor_core.policy import Activity as EngineActivity
 from kondor_core.slots import LayoutError
+
+if TYPE_CHECKING:  # the client is imported only where the agent publishes
+    from kondor_agent.kube import KubernetesAPI
 
 log = logging.getLogger("kondor_agent")
 
@@ -245,15 +257,10 @@ class _StatusFile:
 
 
 def _publish(args: argparse.Namespace) -> int:
+    """The agent against the API server: watch the node's objects, run its services, publish
+    its ExecutionPoint's status until SIGTERM (one step with --oneshot)."""
     # Offline runs need no client.
-    from kondor_agent.cod import CodRunner, WatchedCodClaims  # noqa: PLC0415
-    from kondor_agent.fetchwork import FetchWork, HookCaller, KubernetesFetchAPI  # noqa: PLC0415
-    from kondor_agent.kube import (  # noqa: PLC0415
-        KubernetesAPI,
-        WatchedExecutionPoint,
-        WatchedJobs,
-    )
-    from kondor_agent.runtimes.pod import PodLauncher  # noqa: PLC0415
+    from kondor_agent.kube import KubernetesAPI, WatchedExecutionPoint  # noqa: PLC0415
 
     api = KubernetesAPI.connect(args.kubeconfig, args.context)
     if args.machine is not None:
@@ -270,50 +277,13 @@ def _publish(args: argparse.Namespace) -> int:
         update_interval=args.update_interval,
     )
     watched = WatchedExecutionPoint(api, args.node_name)
-    cron = CronRunner(args.hooks_dir)
-    benchmarks = BenchmarkRunner()
-    jobs = WatchedJobs(api, args.node_name)
-    pods = PodLauncher(api, args.node_name, hooks_dir=args.hooks_dir)
-    launcher = _process_launcher(args)
-    runner = JobRunner(
-        jobs,
-        RuntimeLaunchers(process=ProcessJobs(launcher), pod=pods),
-        time.time,
-    )
-    cod_claims = WatchedCodClaims(api, args.node_name)
-    cod = CodRunner(cod_claims, launcher, args.node_name, clock=time.time)
-    fetch = FetchWork(
-        KubernetesFetchAPI(api.api_client), HookCaller(args.hooks_dir), args.node_name
-    )
-    runner.on_evict = fetch.evicted
-    runner.on_hook_failure = fetch.hook_failed
-    agent = Agent(
-        config,
-        watched,
-        machines,
-        live=live,
-        metrics=metrics,
-        cron=cron,
-        benchmarks=benchmarks,
-        jobs=runner,
-        cod=cod,
-        fetch=fetch,
-    )
-    cron.on_update = benchmarks.on_done = fetch.on_done = pods.on_done = agent.wake
-    watched.on_change = jobs.on_change = cod_claims.on_change = agent.wake
+    node = _NodeServices(api, args)
+    agent = Agent(config, watched, machines, live=live, metrics=metrics, services=node.services)
+    node.start(wake=agent.wake)
+    watched.on_change = agent.wake
     watched.start()
-    jobs.start()
-    cod_claims.start()
-    pods.start()
     if args.state_dir is not None:
         agent.on_written = _StatusFile(args.state_dir).save
-    # Backfill processes are expendable: killed when the agent stops, or by the next agent.
-    agent.backfill = BackfillRunner(
-        launcher.execute_dir / "backfill",
-        launcher.cgroups,
-        pods=KubeBackfillPods(api.api_client),
-        node=args.node_name,
-    )
     stop = threading.Event()
 
     def on_signal(_signum: int, _frame: FrameType | None) -> None:
@@ -325,18 +295,75 @@ def _publish(args: argparse.Namespace) -> int:
     log.info("kondor-agent for node %s", args.node_name)
     if args.oneshot:
         agent.step()
-        cron.stop()
+        node.cron.stop()
         return 0
     agent.run(stop)
-    cron.stop()
-    fetch.stop()
     watched.stop()
-    jobs.stop()
-    cod_claims.stop()
-    pods.stop()
-    agent.backfill.kill_all()
+    node.stop()
+    agent.close()
     log.info("stopped")
     return 0
+
+
+class _NodeServices:
+    """The node's services as the agent runs them against the API server (jobs of both
+    runtimes, COD, cron, benchmarks, backfill, fetch work), in the order the loop asks
+    them, with the watches and threads they need."""
+
+    def __init__(self, api: KubernetesAPI, args: argparse.Namespace) -> None:
+        from kondor_agent.cod import CodRunner, WatchedCodClaims  # noqa: PLC0415
+        from kondor_agent.fetchwork import (  # noqa: PLC0415
+            FetchWork,
+            HookCaller,
+            KubernetesFetchAPI,
+        )
+        from kondor_agent.kube import WatchedJobs  # noqa: PLC0415
+        from kondor_agent.runtimes.pod import PodLauncher  # noqa: PLC0415
+
+        self.cron = CronRunner(args.hooks_dir)
+        self.benchmarks = BenchmarkRunner()
+        self.jobs = WatchedJobs(api, args.node_name)
+        self.pods = PodLauncher(api, args.node_name, hooks_dir=args.hooks_dir)
+        launcher = _process_launcher(args)
+        runner = JobRunner(
+            self.jobs, RuntimeLaunchers(process=ProcessJobs(launcher), pod=self.pods), time.time
+        )
+        self.cod_claims = WatchedCodClaims(api, args.node_name)
+        cod = CodRunner(self.cod_claims, launcher, args.node_name, clock=time.time)
+        self.fetch = FetchWork(
+            KubernetesFetchAPI(api.api_client), HookCaller(args.hooks_dir), args.node_name
+        )
+        runner.on_evict = self.fetch.evicted
+        runner.on_hook_failure = self.fetch.hook_failed
+        # Backfill processes are expendable: killed when the agent stops, or by the next agent.
+        backfill = BackfillRunner(
+            launcher.execute_dir / "backfill",
+            launcher.cgroups,
+            pods=KubeBackfillPods(api.api_client),
+            node=args.node_name,
+        )
+        self.services: list[NodeService] = [
+            CronService(self.cron),
+            BenchmarkService(self.benchmarks),
+            JobService(runner),
+            BackfillService(backfill),
+            CodService(cod, runner),
+            FetchService(self.fetch, runner),
+        ]
+
+    def start(self, *, wake: Callable[[], None]) -> None:
+        """Start the watches and the pods' thread; each change wakes the agent."""
+        self.cron.on_update = self.benchmarks.on_done = self.fetch.on_done = wake
+        self.pods.on_done = self.jobs.on_change = self.cod_claims.on_change = wake
+        self.jobs.start()
+        self.cod_claims.start()
+        self.pods.start()
+
+    def stop(self) -> None:
+        """Stop the watches and the pods' thread (the services stop with `Agent.close`)."""
+        self.jobs.stop()
+        self.cod_claims.stop()
+        self.pods.stop()
 
 
 def _process_launcher(args: argparse.Namespace) -> ProcessLauncher:

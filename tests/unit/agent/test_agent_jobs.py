@@ -15,6 +15,7 @@ from kondor_agent.execute.limits import ExecuteSettings, MemoryLimitPolicy
 from kondor_agent.jobs import JobRunner, Outcome, Usage
 from kondor_agent.kube import ConflictError
 from kondor_agent.loop import Agent, AgentConfig
+from kondor_agent.services import JobService
 from kondor_core.api import ExecutionJob, JobExecution, PoolSpec
 from kondor_core.api.meta import apply_merge_patch
 from kondor_core.schedd.follow import follow
@@ -171,7 +172,7 @@ def new_agent(
         machines or MachineBox(example_machine("node-a.yaml")),
         live=lambda _now: {},
         clock=clock,
-        jobs=JobRunner(api, launcher, clock),
+        services=[JobService(JobRunner(api, launcher, clock))],
     )
 
 
@@ -484,7 +485,7 @@ def test_a_busy_slots_ad_has_its_jobs_load_and_usage_as_htcondor_names_them(node
         MachineBox(example_machine("node-a.yaml")),
         live=lambda _now: {"CondorLoadAvg": 0.0, "LoadAvg": 0.5},
         clock=clock,
-        jobs=JobRunner(api, BusyLauncher(clock), clock),
+        services=[JobService(JobRunner(api, BusyLauncher(clock), clock))],
     )
     agent.step()
     api.job_objects["default/hello"] = matched("hello", "uid-hello#1")
@@ -520,7 +521,7 @@ def test_a_running_jobs_usage_is_written_every_usage_interval_with_htcondors_nam
         MachineBox(example_machine("node-a.yaml")),
         live=lambda _now: {},
         clock=clock,
-        jobs=JobRunner(api, launcher, clock, usage_interval=30.0),
+        services=[JobService(JobRunner(api, launcher, clock, usage_interval=30.0))],
     )
     agent.step()
     api.job_objects["default/hello"] = matched("hello", "uid-hello#1")

@@ -10,6 +10,7 @@ from agent_fakes import FakeAPI, FakeClock, MachineBox, example_machine
 
 from kondor_agent.benchmarks import BenchmarkResult, BenchmarkRunner, measure
 from kondor_agent.loop import Agent, AgentConfig
+from kondor_agent.services import BenchmarkService
 
 
 def test_measure_gives_positive_numbers_quickly() -> None:
@@ -56,7 +57,7 @@ def test_the_agent_runs_benchmarks_when_the_policy_asks(tmp_path: Path) -> None:
         api,
         machines,
         clock=clock,
-        benchmarks=benchmarks,
+        services=[BenchmarkService(benchmarks)],
     )
     agent.step()  # Owner -> Unclaimed/Idle -> Benchmarking: the run starts in a thread
     assert agent.startd is not None

@@ -18,6 +18,7 @@ from cron_fakes import FakeSpawner, hooks_with, prints, run_until
 from kondor_agent.cron import CronRunner
 from kondor_agent.loop import Agent, AgentConfig
 from kondor_agent.main import main
+from kondor_agent.services import CronService
 
 
 def _policy(tmp_path: Path, spec: dict[str, Any]) -> Path:
@@ -111,7 +112,7 @@ def test_the_loop_publishes_cron_ads_and_the_policy_reads_them(tmp_path: Path) -
         api,
         machines,
         clock=clock,
-        cron=cron,
+        services=[CronService(cron)],
     )
     try:
         agent.step()

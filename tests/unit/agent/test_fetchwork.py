@@ -23,6 +23,7 @@ from cryptography.x509.oid import NameOID
 
 from kondor_agent.fetchwork import EventRation, FetchWork, HookCaller
 from kondor_agent.loop import Agent, AgentConfig
+from kondor_agent.services import FetchService
 from kondor_core.api import ExecutionJob
 from kondor_core.classads import parse_ad
 
@@ -291,7 +292,7 @@ def fetching_node(
         api,
         MachineBox(example_machine("node-a.yaml")),
         clock=clock,
-        fetch=fetch,
+        services=[FetchService(fetch)],
     )
     fetch.on_done = agent.wake
     return agent, recorder, fetch, clock

@@ -12,6 +12,7 @@ from agent_fakes import EXAMPLES, load_yaml
 from test_agent_jobs import NODE, FakeLauncher, JobsAPI, _tick, matched, start_node
 
 from kondor_agent.jobs import Outcome, RuntimeLaunchers
+from kondor_agent.services import JobService
 from kondor_core.api import ExecutionJob
 from kondor_core.slots import SlotAd
 
@@ -28,10 +29,11 @@ class ReportingLauncher(FakeLauncher):
 def _node() -> tuple[JobsAPI, Any, ReportingLauncher, Any, list[tuple[str, str]]]:
     api, clock, _plain, agent = start_node(load_yaml(EXAMPLES / "policies" / "default.yaml"))
     launcher = ReportingLauncher()
-    assert agent.jobs is not None
-    agent.jobs.launcher = launcher
+    jobs = agent.service(JobService)
+    assert jobs is not None
+    jobs.runner.launcher = launcher
     said: list[tuple[str, str]] = []
-    agent.jobs.on_hook_failure = lambda reason, message: said.append((reason, message))
+    jobs.runner.on_hook_failure = lambda reason, message: said.append((reason, message))
     return api, clock, launcher, agent, said
 
 
