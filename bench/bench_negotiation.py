@@ -42,7 +42,7 @@ import classad2
 from kondor_core import startd
 from kondor_core.api import ExecutionJobSpec, Machine, PoolSpec, SlotPolicySpec
 from kondor_core.config import compile_policy
-from kondor_core.jobs import job_ad
+from kondor_core.jobs import submit_ad
 from kondor_core.negotiation.fairshare import negotiate_fair, offered_weight
 from kondor_core.negotiation.negotiator import IdleJob, slot_offer
 from kondor_core.negotiation.preemption import PreemptionPolicy
@@ -80,7 +80,7 @@ def node_slots(
     started = NOW - 3600 if claimed else NOW
     node = startd.tick(startd.start(machine, compile_policy(spec), started), {}, started).startd
     if claimed:
-        job = job_ad(
+        job = submit_ad(
             ExecutionJobSpec.model_validate(
                 {"owner": "template", "requestCpus": 1, "requestMemory": "1Gi"}
             ),
@@ -140,7 +140,7 @@ def queue(count: int) -> list[IdleJob]:
                 }
                 if requirements:
                     spec["requirements"] = requirements
-                templates[(user, cpus, requirements)] = job_ad(
+                templates[(user, cpus, requirements)] = submit_ad(
                     ExecutionJobSpec.model_validate(spec), f"ns/{user}-{cpus}"
                 )
     keys = list(templates)

@@ -45,7 +45,7 @@ from kondor_agent.execute.hookrun import HookRun, run_hook
 from kondor_core import startd
 from kondor_core.api import ExecutionJob
 from kondor_core.classads import ExpressionError, parse_ad
-from kondor_core.jobs import job_ad
+from kondor_core.jobs import job_ad, job_id
 from kondor_core.jobs.fetchwork import (
     DEFAULT_NAMESPACE,
     EVICT_CLAIM,
@@ -65,7 +65,6 @@ from kondor_core.jobs.fetchwork import (
     reply_input,
 )
 from kondor_core.jobs.hooks import HookSettingsError, hook_timeout
-from kondor_core.startd.claims import job_id
 
 log = logging.getLogger("kondor_agent.fetchwork")
 
@@ -509,13 +508,7 @@ class FetchWork:
 
 def _ad_of(job: ExecutionJob) -> Any:
     """The job ad of a running job, as its slot's FetchWorkDelay and EVICT_CLAIM see it."""
-    status = job.status
-    return job_ad(
-        job.spec,
-        job_id(job),
-        cluster_id=status.cluster_id if status else None,
-        job_status=status.job_status if status else "Running",
-    )
+    return job_ad(job, job_status=None if job.status is not None else "Running")
 
 
 def _upper_get(macros: Mapping[str, str], name: str) -> str | None:

@@ -5,7 +5,8 @@ renewals, releases, ended processes: `kondor_core.startd.claims`), steps the sta
 them, and hands the engine's actions to `carry_out()`: a refused match is answered
 Rejected, start-job launches the job, soft-kill / hard-kill / suspend / continue act on its
 process. Each answer is written to the job's `status.execution` (the agent's subtree,
-docs/jobs.md) through a merge patch built from the `JobExecution` model.
+docs/jobs.md) through a merge patch built from the `JobExecution` model: the agent reports,
+the operator's schedd decides the rest of the status from it.
 
 Jobs outlive the agent (DESIGN "Running a job on the node"): a restarted agent finds the
 jobs its node was running from their status and the launcher's records, claims their slots
@@ -22,12 +23,11 @@ from typing import Any, Protocol, runtime_checkable
 
 from pydantic import ValidationError
 
-from kondor_agent.kube import ConflictError
 from kondor_core import startd
 from kondor_core.api import ExecutionJob, JobExecution
 from kondor_core.api.job import ExecutionAccount, ExecutionState
 from kondor_core.api.meta import format_time, model_patch, parse_time
-from kondor_core.jobs import job_ad
+from kondor_core.jobs import job_ad, job_id
 from kondor_core.jobs.deferral import (
     HOLD_MISSED_DEFERRED_EXECUTION_TIME,
     MISSED_REASON,
@@ -36,9 +36,8 @@ from kondor_core.jobs.deferral import (
 )
 from kondor_core.jobs.hooks import HOOK_PREPARE_JOB_FAILURE, PREPARE_JOB_FAILED
 from kondor_core.policy import Action, ActionKind, Event
-from kondor_core.schedd.follow import answer_patch
 from kondor_core.slots import SlotAd
-from kondor_core.startd.claims import Ended, job_id, schedd_events
+from kondor_core.startd.claims import Ended, schedd_events
 
 log = logging.getLogger("kondor_agent.jobs")
 
@@ -51,8 +50,7 @@ class JobAPI(Protocol):
         """The ExecutionJobs labelled with this node, as plain JSON."""
 
     def patch_job_status(self, namespace: str, name: str, patch: Mapping[str, Any]) -> None:
-        """Merge-patch a job's status subresource; raise ConflictError when the patch's
-        `metadata.resourceVersion` is no longer the job's."""
+        """Merge-patch a job's status subresource (the agent's `execution` alone)."""
 
 
 @dataclass(frozen=True)
@@ -239,6 +237,111 @@ class _Deferred:
 
 
 @dataclass
+class _Answers:
+    """The agent's answers to its jobs' claims: `status.execution`, the one field of an
+    ExecutionJob's status the agent writes (HTCondor's startd and starter report, the schedd
+    decides: the operator follows each answer and writes JobStatus, NumJobStarts, ExitCode,
+    ... itself, `kondor_core.schedd.follow`)."""
+
+    api: JobAPI
+    launcher: Launcher
+    clock: Callable[[], float]
+
+    def write(self, job: ExecutionJob, execution: JobExecution) -> None:
+        """Write the answer to the job's `status.execution` (a merge patch of the status
+        subresource, the agent's field alone). A failed write is logged: the next change
+        writes again, and the operator times an unanswered match out."""
+        namespace, name = job.metadata.namespace or "default", job.metadata.name
+        try:
+            self.api.patch_job_status(
+                namespace, name, {"status": {"execution": model_patch(execution)}}
+            )
+        except Exception as err:
+            log.warning("cannot write the execution of %s: %s", job_id(job), err)
+
+    def reject(self, job: ExecutionJob, claim_id: str, reason: str | None) -> None:
+        """The match refused (by the startd, or naming no slot of this node): Rejected, with
+        why; the one place a Rejected answer is written."""
+        self.write(job, JobExecution(claim_id=claim_id, state="Rejected", reason=reason))
+
+    def running(self, run: _Running, state: ExecutionState, usage: Usage | None = None) -> None:
+        """Answer Running or Suspended for a run, with its usage when measured."""
+        now = self.clock()
+        measured: dict[str, Any] = {}
+        if run.measured == 0.0:
+            run.measured = now  # the first usage one interval after the start
+        if usage is not None:
+            run.measured = now
+            measured = {
+                "remote_user_cpu": usage.user_cpu,
+                "remote_sys_cpu": usage.sys_cpu,
+                "memory_usage": usage.memory_mib,
+                "resident_set_size": None if usage.memory_mib is None else usage.memory_mib * 1024,
+                "image_size": (
+                    None if usage.peak_memory_mib is None else usage.peak_memory_mib * 1024
+                ),
+                "peak_memory": usage.peak_memory_mib,
+                "num_pids": usage.num_pids,
+                "usage_time": format_time(now),
+            }
+        self.write(
+            run.job,
+            JobExecution(
+                claim_id=run.claim_id,
+                state=state,
+                slot=run.slot,
+                directory=self.launcher.directory(run.handle),
+                start_time=format_time(run.started),
+                job_current_start_executing_date=int(run.started),
+                account=self.account(run),
+                **measured,
+            ),
+        )
+
+    def ended(self, run: _Running, outcome: Outcome) -> None:
+        """Answer how the run ended: Failed (a hold reason), Killed, or Exited."""
+        state: ExecutionState
+        if outcome.hold_reason is not None:
+            state = "Failed"
+        elif run.killed:
+            state = "Killed"
+        else:
+            state = "Exited"
+        self.write(
+            run.job,
+            JobExecution(
+                claim_id=run.claim_id,
+                state=state,
+                slot=run.slot,
+                directory=self.launcher.directory(run.handle),
+                start_time=format_time(outcome.start_time or run.started),
+                end_time=format_time(outcome.end_time or self.clock()),
+                exit_code=outcome.exit_code,
+                exit_signal=outcome.exit_signal,
+                remote_user_cpu=outcome.user_cpu,
+                remote_sys_cpu=outcome.sys_cpu,
+                peak_memory=outcome.peak_memory_mib,
+                memory_usage=outcome.peak_memory_mib,
+                image_size=(
+                    None if outcome.peak_memory_mib is None else outcome.peak_memory_mib * 1024
+                ),
+                num_pids=0,
+                job_current_start_executing_date=int(outcome.start_time or run.started),
+                hold_reason=outcome.hold_reason,
+                hold_reason_code=outcome.hold_reason_code,
+                account=self.account(run),
+            ),
+        )
+
+    def account(self, run: _Running) -> ExecutionAccount | None:
+        """Who the job runs (or ran) as, for every write of its execution: a write without
+        it would delete it."""
+        if not isinstance(self.launcher, Accounting):
+            return None
+        return self.launcher.account(run.handle)
+
+
+@dataclass
 class JobRunner:
     """The jobs of one node: what the schedd says to the startd, and what the startd's
     actions do to the jobs' processes."""
@@ -265,6 +368,9 @@ class JobRunner:
     on_evict: Callable[[ExecutionJob, str], None] | None = None
     #: Told (reason, message) when a job hook fails (an Event on the ExecutionPoint).
     on_hook_failure: Callable[[str, str], None] | None = None
+
+    def __post_init__(self) -> None:
+        self._answers = _Answers(self.api, self.launcher, self.clock)
 
     def known_jobs(self) -> Mapping[str, ExecutionJob]:
         """The ExecutionJobs labelled with this node at the last `events()`, by job id."""
@@ -309,9 +415,7 @@ class JobRunner:
         )
         for name, claim_id, why in said.refused:
             self.answered.add(claim_id)
-            self._write(
-                self._jobs[name], JobExecution(claim_id=claim_id, state="Rejected", reason=why)
-            )
+            self._answers.reject(self._jobs[name], claim_id, why)
         return said.events
 
     def _recover(self) -> None:
@@ -351,7 +455,7 @@ class JobRunner:
                     "reason": "vacated: the node's agent restarted",
                 }
             )
-            self._write(job, vacated)
+            self._answers.write(job, vacated)
 
     def any_ended(self) -> bool:
         """Whether a running job's process has ended (cheap: the launcher looks for its
@@ -377,12 +481,7 @@ class JobRunner:
                 self.answered.add(action.claim_id)
                 job = self._jobs.get(name)
                 if job is not None:
-                    self._write(
-                        job,
-                        JobExecution(
-                            claim_id=action.claim_id, state="Rejected", reason=action.reason
-                        ),
-                    )
+                    self._answers.reject(job, action.claim_id, action.reason)
             elif action.kind is ActionKind.START_JOB:
                 if isinstance(self.launcher, Configurable):
                     self.launcher.configure(node.policy.macros)
@@ -404,12 +503,12 @@ class JobRunner:
             elif action.kind is ActionKind.SUSPEND_JOB and run is not None:
                 self.launcher.suspend(run.handle)
                 run.suspended = True
-                self._write_running(run, "Suspended")
+                self._answers.running(run, "Suspended")
             elif action.kind is ActionKind.CONTINUE_JOB and run is not None:
                 run.suspended = False
                 if not run.cod_suspended:  # else it stays frozen while the COD job runs
                     self.launcher.resume(run.handle)
-                    self._write_running(run, "Running")
+                    self._answers.running(run, "Running")
             elif action.kind is ActionKind.RELEASE_CLAIM:
                 pass  # the operator follows the job's status
             elif action.kind in (ActionKind.SOFT_KILL, ActionKind.HARD_KILL) and run is None:
@@ -432,10 +531,10 @@ class JobRunner:
                 continue
             if wanted:
                 self.launcher.suspend(run.handle)
-                self._write_running(run, "Suspended")
+                self._answers.running(run, "Suspended")
             else:
                 self.launcher.resume(run.handle)
-                self._write_running(run, "Running")
+                self._answers.running(run, "Running")
 
     def _explain_kill(self, name: str, run: _Running) -> None:
         """Why the job is being killed, for its JOB_EXIT hook: removed (condor_rm, or gone),
@@ -464,7 +563,7 @@ class JobRunner:
         run = _Running(job, claim_id, slot, handle, 0.0)
         self.finished.setdefault(name, []).append(run)
         reason = f"vacated: the node's agent restarted and refused the claim ({why})"
-        self._write(
+        self._answers.write(
             job,
             JobExecution(
                 claim_id=claim_id,
@@ -494,7 +593,7 @@ class JobRunner:
             if self.launcher.is_suspended(adopted):
                 self.launcher.resume(adopted)  # SUSPEND, if it still holds, freezes it again
             self.running[name] = run
-            self._write_running(run, "Running")
+            self._answers.running(run, "Running")
             return
         if self._defer(job, action, ads[action.slot]):
             return
@@ -503,17 +602,10 @@ class JobRunner:
     def _launch(self, job: ExecutionJob, action: Action, slot_ad: SlotAd) -> None:
         name = action.job_id or ""
         claim_id = action.claim_id or ""
-        status = job.status
-        ad = job_ad(
-            job.spec,
-            name,
-            cluster_id=status.cluster_id if status else None,
-            deferral_time=status.deferral_time if status else None,
-        )
-        handle = self.launcher.launch(job, name, slot_ad, ad.printOld())
+        handle = self.launcher.launch(job, name, slot_ad, job_ad(job).printOld())
         run = _Running(job, claim_id, action.slot, handle, self.clock())
         self.running[name] = run
-        self._write_running(run, "Running")
+        self._answers.running(run, "Running")
 
     # -- job deferral ("Time Scheduling for Job Execution"): the starter's wait ----------------
 
@@ -541,11 +633,11 @@ class JobRunner:
                 hold_reason=MISSED_REASON,
                 hold_reason_code=HOLD_MISSED_DEFERRED_EXECUTION_TIME,
             )
-            self._write(job, answer)
+            self._answers.write(job, answer)
             return True
         log.info("%s waits on %s for its DeferralTime %s", name, action.slot, format_time(at))
         self.deferred[name] = _Deferred(action, slot_ad, at)
-        self._write(job, JobExecution(claim_id=claim_id, state="Running", slot=action.slot))
+        self._answers.write(job, JobExecution(claim_id=claim_id, state="Running", slot=action.slot))
         return True
 
     def start_deferred(self) -> None:
@@ -565,7 +657,7 @@ class JobRunner:
             if waiting.suspended and run is not None:
                 self.launcher.suspend(run.handle)
                 run.suspended = True
-                self._write_running(run, "Suspended")
+                self._answers.running(run, "Suspended")
 
     def next_deferred(self) -> float | None:
         """The earliest DeferralTime a waiting job starts at (None: none waits)."""
@@ -589,47 +681,12 @@ class JobRunner:
                     end_time=format_time(self.clock()),
                     reason="vacated while waiting for its DeferralTime",
                 )
-                self._write(job, killed)
+                self._answers.write(job, killed)
             return True
         if action.kind in (ActionKind.SUSPEND_JOB, ActionKind.CONTINUE_JOB):
             waiting.suspended = action.kind is ActionKind.SUSPEND_JOB
             return True
         return False
-
-    def _write_running(
-        self, run: _Running, state: ExecutionState, usage: Usage | None = None
-    ) -> None:
-        now = self.clock()
-        measured: dict[str, Any] = {}
-        if run.measured == 0.0:
-            run.measured = now  # the first usage one interval after the start
-        if usage is not None:
-            run.measured = now
-            measured = {
-                "remote_user_cpu": usage.user_cpu,
-                "remote_sys_cpu": usage.sys_cpu,
-                "memory_usage": usage.memory_mib,
-                "resident_set_size": None if usage.memory_mib is None else usage.memory_mib * 1024,
-                "image_size": (
-                    None if usage.peak_memory_mib is None else usage.peak_memory_mib * 1024
-                ),
-                "peak_memory": usage.peak_memory_mib,
-                "num_pids": usage.num_pids,
-                "usage_time": format_time(now),
-            }
-        self._write(
-            run.job,
-            JobExecution(
-                claim_id=run.claim_id,
-                state=state,
-                slot=run.slot,
-                directory=self.launcher.directory(run.handle),
-                start_time=format_time(run.started),
-                job_current_start_executing_date=int(run.started),
-                account=self._account(run),
-                **measured,
-            ),
-        )
 
     def slot_usage(self, now: float) -> dict[str, dict[str, bool | int | float | str]]:
         """Per busy slot, its job's usage for the slot ad (`slot_usage_attributes`): one
@@ -659,7 +716,13 @@ class JobRunner:
         usage = self.launcher.usage(run.handle)
         if usage is not None:
             frozen = run.suspended or run.cod_suspended
-            self._write_running(run, "Suspended" if frozen else "Running", usage)
+            self._answers.running(run, "Suspended" if frozen else "Running", usage)
+
+    def _report_end(self, run: _Running, outcome: Outcome) -> None:
+        """A PREPARE_JOB hook that failed the job is an Event too; then the answer."""
+        if outcome.hold_reason_code == HOOK_PREPARE_JOB_FAILURE and self.on_hook_failure:
+            self.on_hook_failure(PREPARE_JOB_FAILED, f"{job_id(run.job)}: {outcome.hold_reason}")
+        self._answers.ended(run, outcome)
 
     def _report_hook_failures(self, run: _Running) -> None:
         """The job's failed UPDATE_JOB_INFO and JOB_EXIT runs, as Events (`on_hook_failure`)."""
@@ -668,72 +731,6 @@ class JobRunner:
         for reason, message in self.launcher.hook_failures(run.handle):
             if self.on_hook_failure is not None:
                 self.on_hook_failure(reason, f"{job_id(run.job)}: {message}")
-
-    def _report_end(self, run: _Running, outcome: Outcome) -> None:
-        if outcome.hold_reason_code == HOOK_PREPARE_JOB_FAILURE and self.on_hook_failure:
-            self.on_hook_failure(PREPARE_JOB_FAILED, f"{job_id(run.job)}: {outcome.hold_reason}")
-        state: ExecutionState
-        if outcome.hold_reason is not None:
-            state = "Failed"
-        elif run.killed:
-            state = "Killed"
-        else:
-            state = "Exited"
-        self._write(
-            run.job,
-            JobExecution(
-                claim_id=run.claim_id,
-                state=state,
-                slot=run.slot,
-                directory=self.launcher.directory(run.handle),
-                start_time=format_time(outcome.start_time or run.started),
-                end_time=format_time(outcome.end_time or self.clock()),
-                exit_code=outcome.exit_code,
-                exit_signal=outcome.exit_signal,
-                remote_user_cpu=outcome.user_cpu,
-                remote_sys_cpu=outcome.sys_cpu,
-                peak_memory=outcome.peak_memory_mib,
-                memory_usage=outcome.peak_memory_mib,
-                image_size=(
-                    None if outcome.peak_memory_mib is None else outcome.peak_memory_mib * 1024
-                ),
-                num_pids=0,
-                job_current_start_executing_date=int(outcome.start_time or run.started),
-                hold_reason=outcome.hold_reason,
-                hold_reason_code=outcome.hold_reason_code,
-                account=self._account(run),
-            ),
-        )
-
-    def _account(self, run: _Running) -> ExecutionAccount | None:
-        """Who the job runs (or ran) as, for every write of its execution: a write without
-        it would delete it."""
-        if not isinstance(self.launcher, Accounting):
-            return None
-        return self.launcher.account(run.handle)
-
-    def _write(self, job: ExecutionJob, execution: JobExecution) -> None:
-        """Write the answer to `status.execution`, with the schedd's fields it makes
-        (`schedd.answer_patch`: Running, Completed, ...) in the same request, guarded by the
-        resourceVersion the job was last seen at, so that the operator has nothing left to
-        write. When the job changed meanwhile (a condor_hold, an operator write), the answer
-        alone is written and the operator follows it, as it always may."""
-        job = self._jobs.get(job_id(job), job)  # the newest version seen: its guard holds
-        namespace, name = job.metadata.namespace or "default", job.metadata.name
-        answer = {"execution": model_patch(execution)}
-        schedd = answer_patch(job, execution, self.clock())
-        try:
-            if schedd and job.metadata.resource_version:
-                guard = {"resourceVersion": job.metadata.resource_version}
-                try:
-                    patch = {"metadata": guard, "status": {**schedd, **answer}}
-                    self.api.patch_job_status(namespace, name, patch)
-                    return
-                except ConflictError:
-                    log.debug("%s changed meanwhile: the operator follows the answer", name)
-            self.api.patch_job_status(namespace, name, {"status": answer})
-        except Exception as err:  # the next change writes again; the operator times out
-            log.warning("cannot write the execution of %s: %s", job_id(job), err)
 
 
 @dataclass(frozen=True)

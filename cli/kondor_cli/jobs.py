@@ -54,7 +54,7 @@ from kondor_core.api import (
     validate,
 )
 from kondor_core.classads import ExpressionError, parse_expr
-from kondor_core.jobs import JOB_STATUS, job_ad
+from kondor_core.jobs import JOB_STATUS, job_ad, submit_ad
 from kondor_core.negotiation.analyze import analyze, job_state
 from kondor_core.negotiation.analyze import render as render_analysis
 from kondor_core.negotiation.negotiator import slot_offer
@@ -134,50 +134,13 @@ def run_time(job: ExecutionJob, now: float) -> int:
 
 
 def queue_ad(job: ExecutionJob) -> Any:
-    """The job ad condor_q shows: `kondor_core.jobs.job_ad` (with ClusterId, QDate, JobStatus,
-    and GlobalJobId = namespace/name as the negotiator and the startd know the job) and the
-    attributes the job's status adds, by HTCondor's names (manual, "Job ClassAd Attributes").
+    """The job ad condor_q shows: `kondor_core.jobs.job_ad`, the one ad of the job the
+    negotiator, the startd's START re-check and the job's `.job.ad` file also have
+    (ClusterId, QDate, GlobalJobId, JobStatus, EnteredCurrentStatus, NumJobStarts, ...).
 
     The ad is rebuilt from its text so that its expression trees are its own: the core's parse
     cache shares trees between ads, and a tree remembers the scopes it was evaluated in."""
-    status = job.status
-    ad = job_ad(
-        job.spec,
-        f"{job.metadata.namespace or ''}/{job.metadata.name}",
-        cluster_id=cluster_id(job),
-        qdate=qdate(job),
-        job_status=job_status(job),
-        deferral_time=status.deferral_time if status is not None else None,
-    )
-    extra: dict[str, Any] = {}
-    if status is not None:
-        execution = status.execution
-        if status.job_status in ("Running", "Suspended"):
-            remote = (execution.slot if execution is not None else None) or status.slot
-            if remote is not None:
-                extra["RemoteHost"] = remote
-        extra["NumJobStarts"] = status.num_job_starts
-        fields: dict[str, Any] = {
-            "LastRejMatchReason": status.last_rej_match_reason,
-            "HoldReason": status.hold_reason,
-            "HoldReasonCode": status.hold_reason_code,
-            "ExitCode": status.exit_code,
-            "ExitSignal": status.exit_signal,
-            "CompletionDate": _epoch(status.completion_date),
-        }
-        if status.exit_code is not None or status.exit_signal is not None:
-            fields["ExitBySignal"] = status.exit_signal is not None
-        if execution is not None:
-            fields |= {
-                "JobCurrentStartDate": _epoch(execution.start_time),
-                "RemoteUserCpu": execution.remote_user_cpu,
-                "RemoteSysCpu": execution.remote_sys_cpu,
-                "MemoryUsage": execution.peak_memory,
-            }
-        extra |= {key: value for key, value in fields.items() if value is not None}
-    for key, value in extra.items():
-        ad[key] = value
-    return classad2.ClassAd(str(ad))
+    return classad2.ClassAd(str(job_ad(job)))
 
 
 # ------------------------------------------------------------------------------- selecting
@@ -273,7 +236,7 @@ def command(job: ExecutionJob) -> str:
     for a pod, its first container's image."""
     runtime = job.spec.process or job.spec.apptainer
     if runtime is not None:
-        arguments = str(job_ad(job.spec, job.metadata.name).get("Arguments") or "")
+        arguments = str(submit_ad(job.spec, job.metadata.name).get("Arguments") or "")
         return " ".join(filter(None, (posixpath.basename(runtime.executable), arguments)))
     if job.spec.pod is not None:
         containers = (job.spec.pod.template.get("spec") or {}).get("containers") or []

@@ -29,7 +29,7 @@ from kondor_cli.render import slot_table, table, timeline_table
 from kondor_core.api import ExecutionJob
 from kondor_core.config import compile_policy, render_policy
 from kondor_core.errors import KondorError
-from kondor_core.jobs import job_ad
+from kondor_core.jobs import submit_ad
 from kondor_core.sim import replay, simulate
 
 
@@ -46,7 +46,7 @@ def _simulate(args: argparse.Namespace) -> int:
     requests = []
     for path in args.request:
         name, request = load_request(path)
-        ad = job_ad(request.spec, name) if isinstance(request, ExecutionJob) else request
+        ad = submit_ad(request.spec, name) if isinstance(request, ExecutionJob) else request
         requests.append((name, ad))
     result = simulate(machine, effective, requests)
     if args.output == "json":

@@ -20,8 +20,9 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, Protocol
 
+from kondor_core.jobs import job_key
 from kondor_kube.reflector import Reflector
-from kondor_operator.negotiator import JobEntry, job_entry, job_key
+from kondor_operator.negotiator import JobEntry, job_entry
 
 #: What the watch reports: job key -> the event's type ("ADDED", "MODIFIED", "DELETED").
 JobChanges = Mapping[str, str]
@@ -30,7 +31,7 @@ Listener = Callable[[JobChanges], None]
 
 def _key(obj: Mapping[str, Any]) -> str:
     metadata = obj.get("metadata") or {}
-    return job_key(str(metadata.get("namespace") or ""), str(metadata.get("name") or ""))
+    return job_key(metadata.get("namespace"), str(metadata.get("name") or ""))
 
 
 def _version(obj: Mapping[str, Any]) -> str:

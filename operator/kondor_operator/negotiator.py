@@ -8,7 +8,9 @@ their changes to `jobs_changed` and `execution_point_changed`, which only mark w
 The Pool reaches it through a `@kopf.index`. One task does every write:
 
 - after a job event (debounced), the job follows its commands and the agent's answer
-  (`schedd.follow`), a new job getting its ClusterId;
+  (`schedd.follow`), a new job getting its ClusterId from the Pool's counter
+  (`status.lastClusterId`, reserved by a write guarded by the Pool's resourceVersion: a
+  ClusterId is never given twice, across operator restarts and deleted jobs);
 - every `negotiatorInterval` (Pool `default`), and soon after a job is submitted or a job
   or ExecutionPoint change frees a slot, one negotiation cycle (`schedd.plan_cycle`), after
   following the jobs time changes (MATCH_TIMEOUT, deferral windows), and every job once
@@ -19,10 +21,10 @@ resourceVersion the decision was made on, so a decision taken on a stale view (t
 table lags the operator's own writes by a watch event) is refused with 409 and retaken on
 the next event instead of matching a job twice. What a write returned is used until the
 index catches up with it. A job followed and matched in one pass (a new job's ClusterId and
-its match) is written once. The agent finds its jobs by `status.executionPoint`, and writes
-the schedd's fields its answers make itself (`schedd.answer_patch`), so a job costs the
-operator one write from match to completion (issue 16).
-`status.execution` is the agent's and is never written.
+its match) is written once. The agent finds its jobs by `status.executionPoint` and writes
+only its answer, `status.execution`, which is never written here: the operator follows each
+answer and writes the schedd's fields it makes (Running, Completed, ...), the one writer of
+every other status field (docs/architecture.md, "Who writes what").
 
 It runs inside kopf, which starts only once this replica holds the leader Lease
 (kondor_operator.main), and writes nothing while `leading` says otherwise.
@@ -52,14 +54,25 @@ from kondor_core.api import (
     describe_errors,
 )
 from kondor_core.api.pool import CycleStats, PoolStatus
+from kondor_core.jobs import job_id
 from kondor_core.negotiation.poolconfig import PoolConfigError, pool_settings
 from kondor_core.schedd.change import JobChange, status_patch
 from kondor_core.schedd.cycle import plan_cycle
 from kondor_core.schedd.follow import changes_with_time
 from kondor_core.schedd.follow import follow as follow_job
+from kondor_core.schedd.identity import (
+    LAST_CLUSTER_ID,
+    cluster_id_of,
+    needs_cluster_id,
+    reserve_cluster_ids,
+    stored_cluster_id,
+)
 from kondor_operator.metrics import Metrics
 
 logger = logging.getLogger(__name__)
+
+#: Tries at reserving ClusterIds in one pass (each a read of the Pool and a guarded write).
+CLUSTER_ID_TRIES = 5
 
 #: Index ids (kopf passes each index to handlers as a keyword argument of this name).
 POOLS_INDEX = "negotiator_pools"
@@ -87,7 +100,11 @@ class JobWriter(Protocol):
         self, namespace: str, name: str, patch: Mapping[str, Any], resource_version: str | None
     ) -> dict[str, Any] | None: ...
     def read_pool(self, name: str) -> dict[str, Any] | None: ...
-    def patch_pool_status(self, name: str, patch: Mapping[str, Any]) -> bool: ...
+    def patch_pool_status(self, name: str, patch: Mapping[str, Any]) -> bool:
+        """Merge-patch the Pool's status (creating a missing Pool with an empty spec); False
+        when refused: a `metadata.resourceVersion` in the patch that is no longer the Pool's
+        (409)."""
+        ...
 
 
 # ---- index values --------------------------------------------------------------------------------
@@ -102,11 +119,7 @@ class JobEntry:
 
     @property
     def key(self) -> str:
-        return job_key(self.job.metadata.namespace or "", self.job.metadata.name)
-
-
-def job_key(namespace: str, name: str) -> str:
-    return f"{namespace}/{name}"
+        return job_id(self.job)
 
 
 def _plain(body: Mapping[str, Any]) -> dict[str, Any]:
@@ -239,7 +252,6 @@ class Negotiator:
         self._soon = True
         self._wake = asyncio.Event()
         self._last_cycle: float | None = None
-        self._cluster_id = 0
         #: key -> (resourceVersion written against, the job as the write returned it).
         self._written: dict[str, tuple[str | None, JobEntry]] = {}
         self._offers_seen: dict[str, tuple[Any, ...]] = {}
@@ -322,22 +334,14 @@ class Negotiator:
         now = self.clock()
         settings = self.settings()
         jobs = self.jobs()
-        self._cluster_id = max(
-            [self._cluster_id]
-            + [
-                e.job.status.cluster_id
-                for e in jobs.values()
-                if e.job.status is not None and e.job.status.cluster_id is not None
-            ]
-        )
         follows: dict[str, JobChange] = {}
         read = dict(jobs)  # as read: every write is a patch from these
-        for key in self._to_follow(jobs, dirty, cycle=cycle):
-            entry = jobs.get(key)
-            if entry is None:
-                continue
+        to_follow = [key for key in self._to_follow(jobs, dirty, cycle=cycle) if key in jobs]
+        ids = self._cluster_ids(jobs, [key for key in to_follow if needs_cluster_id(jobs[key].job)])
+        for key in to_follow:
+            entry = jobs[key]
             done.followed += 1
-            change = follow_job(entry.job, now, settings, cluster_id=self._next_cluster_id(entry))
+            change = follow_job(entry.job, now, settings, cluster_id=ids.get(key))
             if change is None:
                 continue
             done.frees |= _frees(entry, change)
@@ -364,7 +368,7 @@ class Negotiator:
         done.idle, done.problems = plan.idle, list(plan.problems)
         for problem in plan.problems:
             logger.warning("negotiation: slot not offered: %s", problem)
-        matches = {job_key(c.namespace, c.name): c for c in plan.changes}
+        matches = {c.key: c for c in plan.changes}
         for key, change in self._write_changes(read, {**follows, **matches}, done).items():
             if key in matches and change.execution_point is not None:
                 done.matched += 1
@@ -381,10 +385,11 @@ class Negotiator:
         stats = plan.stats.model_copy(update={"duration_seconds": round(duration, 4)})
         done.stats = stats
         status = plan.accountant.model_copy(update={"last_cycle": stats})
-        # The whole status each cycle: the users' list is replaced, not merged.
-        if self.leading and not self.writer.patch_pool_status(
-            DEFAULT_POOL, {"status": status.dump()}
-        ):
+        # The whole status each cycle: the users' list is replaced, not merged; all but the
+        # ClusterId counter, which only `_cluster_ids` writes (guarded).
+        accountant = status.dump()
+        accountant.pop(LAST_CLUSTER_ID, None)
+        if self.leading and not self.writer.patch_pool_status(DEFAULT_POOL, {"status": accountant}):
             logger.warning("Pool %s: the accountant could not be written", DEFAULT_POOL)
         self.metrics.negotiation_cycle.observe(duration)
         self.metrics.matches.inc(done.matched)
@@ -407,12 +412,29 @@ class Negotiator:
         timed = {key for key, entry in jobs.items() if changes_with_time(entry.job)}
         return sorted(timed.union(dirty))
 
-    def _next_cluster_id(self, entry: JobEntry) -> int | None:
-        status = entry.job.status
-        if status is not None and status.cluster_id is not None:
-            return None
-        self._cluster_id += 1
-        return self._cluster_id
+    def _cluster_ids(self, jobs: Mapping[str, JobEntry], new: list[str]) -> dict[str, int]:
+        """ClusterIds for the `new` jobs (key -> ClusterId), reserved at once from the Pool's
+        counter: read the Pool, write its `status.lastClusterId` moved past them, guarded by
+        the resourceVersion read (another write meanwhile: 409, read and try again). The
+        counter starts past every ClusterId a job has (jobs older than the counter). No
+        Pool `default`: the write creates it, with an empty spec (the defaults the
+        negotiator uses without one). None reserved (not leading, or the Pool kept
+        changing): the jobs wait for a later pass without a ClusterId."""
+        if not new or not self.leading:
+            return {}
+        seen = max((cluster_id_of(entry.job) for entry in jobs.values()), default=0)
+        for _ in range(CLUSTER_ID_TRIES):
+            pool = self.writer.read_pool(DEFAULT_POOL)
+            first, last = reserve_cluster_ids(stored_cluster_id(pool), seen, len(new))
+            patch: dict[str, Any] = {"status": {LAST_CLUSTER_ID: last}}
+            version = ((pool or {}).get("metadata") or {}).get("resourceVersion")
+            if version:
+                patch["metadata"] = {"resourceVersion": version}
+            if self.writer.patch_pool_status(DEFAULT_POOL, patch):
+                return {key: first + offset for offset, key in enumerate(new)}
+            logger.debug("Pool %s changed meanwhile: ClusterIds read again", DEFAULT_POOL)
+        logger.warning("Pool %s: no ClusterIds reserved; new jobs wait", DEFAULT_POOL)
+        return {}
 
     def _write_changes(
         self, read: Mapping[str, JobEntry], changes: Mapping[str, JobChange], done: Pass

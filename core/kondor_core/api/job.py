@@ -350,7 +350,15 @@ class ExecutionJobStatus(Model):
     """status of an ExecutionJob: the operator writes all but `execution`, the agent's."""
 
     job_status: JobStatus = "Idle"
-    cluster_id: int | None = Field(default=None, description="ClusterId (ProcId is 0)")
+    entered_current_status: str | None = Field(
+        default=None,
+        description="EnteredCurrentStatus: when jobStatus last changed (RFC 3339); none: "
+        "the job has had its first status since it was created",
+    )
+    cluster_id: int | None = Field(
+        default=None,
+        description="ClusterId (ProcId is 0): from the Pool's counter, never reused",
+    )
     execution_point: str | None = None
     slot: str | None = Field(default=None, description="The slot the negotiator matched")
     claim_id: str | None = None

@@ -174,3 +174,9 @@ class PoolStatus(Model):
     )
     users: list[UserPriority] = Field(default_factory=list, description="condor_userprio -all")
     last_cycle: CycleStats | None = None
+    last_cluster_id: Annotated[int, Field(ge=0)] | None = Field(
+        default=None,
+        description="The last ClusterId given to a job: the next job gets one more. Written "
+        "by the negotiator alone, guarded by the Pool's resourceVersion, so a ClusterId is "
+        "never given twice (an operator restart, the newest jobs deleted)",
+    )

@@ -1,16 +1,25 @@
-"""The job ClassAd of an ExecutionJob, built in one place with condor_submit's names and units.
+"""The job ClassAd of an ExecutionJob, built in one place with condor_submit's names and units,
+and the job's one identity (`job_id`, `global_job_id`).
 
-`kondor simulate`, the timeline replay, the negotiator and the agent all read a job through
-this ad, so a policy such as `START = $(IsVanilla)` sees the same job everywhere.
+`job_ad(job)` is the ad HTCondor's schedd keeps for a queued job: what condor_submit put in it
+(`submit_ad`, from the spec) and what the schedd adds (ClusterId, ProcId, QDate, GlobalJobId,
+JobStatus, EnteredCurrentStatus, NumJobStarts, ...: from the job's metadata and status). The
+negotiator, the startd's START re-check, the `.job.ad` file the job reads and `kondor q -l`
+all build it so, so a policy such as `START = $(IsVanilla)` sees the same job everywhere.
+`kondor simulate` and the timeline replay, which have specs and no queue, use `submit_ad`.
 """
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import classad2
 
-from kondor_core.api.job import ExecutionJobSpec
+from kondor_core.api.job import ExecutionJobSpec, ExecutionJobStatus
+from kondor_core.api.manifest import ExecutionJob
+from kondor_core.api.meta import parse_time
+from kondor_core.api.pool import DEFAULT_POOL
 from kondor_core.classads import parse_expr
 from kondor_core.slots.layout import attribute_name
 
@@ -18,9 +27,132 @@ from kondor_core.slots.layout import attribute_name
 VANILLA_UNIVERSE = 5
 #: JobStatus as a number, as the job ClassAd holds it (condor_q's I R X C H S).
 JOB_STATUS = {"Idle": 1, "Running": 2, "Removed": 3, "Completed": 4, "Held": 5, "Suspended": 7}
+#: The namespace of a job whose metadata names none: the one the API server gives an object
+#: created without one.
+DEFAULT_NAMESPACE = "default"
+#: The schedd's name in GlobalJobId: the Pool's (`default`). A cluster has one job queue,
+#: whichever operator replica leads, and its ClusterIds come from the Pool's counter.
+SCHEDD_NAME = DEFAULT_POOL
+#: The attributes of `job_ad` that change over a job's life (its status moving on, its run's
+#: usage): every other attribute is the same in every view of the job (the negotiator's,
+#: START's re-check, the `.job.ad` file, `kondor q -l`), whenever it is built.
+LIFE_ATTRIBUTES = frozenset(
+    {
+        "JobStatus",
+        "EnteredCurrentStatus",
+        "NumJobStarts",
+        "NumJobMatches",
+        "LastMatchTime",
+        "JobStartDate",
+        "JobCurrentStartDate",
+        "LastVacateTime",
+        "LastRejMatchReason",
+        "RemoteHost",
+        "HoldReason",
+        "HoldReasonCode",
+        "ExitCode",
+        "ExitSignal",
+        "ExitBySignal",
+        "CompletionDate",
+        "RemoteUserCpu",
+        "RemoteSysCpu",
+        "MemoryUsage",
+        "DeferralTime",
+    }
+)
 
 
-def job_ad(
+def job_key(namespace: str | None, name: str) -> str:
+    """The one key format of a job, everywhere (the schedd's cycle, the startd's claims, the
+    operator's tables, the agent): `namespace/name`, the namespace the API server gave it."""
+    return f"{namespace or DEFAULT_NAMESPACE}/{name}"
+
+
+def job_id(job: ExecutionJob) -> str:
+    """The job's key (`job_key`) from its metadata."""
+    return job_key(job.metadata.namespace, job.metadata.name)
+
+
+def global_job_id(cluster_id: int, qdate: int, schedd: str = SCHEDD_NAME) -> str:
+    """GlobalJobId in HTCondor's form, `<schedd name>#<ClusterId>.<ProcId>#<QDate>` (ProcId
+    is always 0: an ExecutionJob is one job)."""
+    return f"{schedd}#{cluster_id}.0#{qdate}"
+
+
+def qdate_of(job: ExecutionJob) -> int | None:
+    """QDate: when the job entered the queue, its creationTimestamp in seconds since the
+    epoch; None for a job not yet created."""
+    created = parse_time(job.metadata.creation_timestamp or "")
+    return math.floor(created.timestamp()) if created is not None else None
+
+
+def job_ad(job: ExecutionJob, *, job_status: str | None = None) -> Any:
+    """The job's ClassAd as HTCondor's schedd holds it: `submit_ad` of its spec (GlobalJobId
+    in HTCondor's form once the job has a ClusterId, its `job_id` before), with ClusterId,
+    QDate, JobStatus (`job_status` when given, else the status's) and DeferralTime from the
+    status, then the attributes the schedd keeps for a queued job (`schedd_attributes`)."""
+    status = job.status
+    cluster_id = status.cluster_id if status is not None else None
+    qdate = qdate_of(job)
+    name = job_id(job)
+    if cluster_id is not None and qdate is not None:
+        name = global_job_id(cluster_id, qdate)
+    ad = submit_ad(
+        job.spec,
+        name,
+        cluster_id=cluster_id,
+        qdate=qdate,
+        job_status=job_status or (status.job_status if status is not None else "Idle"),
+        deferral_time=status.deferral_time if status is not None else None,
+    )
+    if status is not None:
+        for key, value in schedd_attributes(status, qdate).items():
+            ad[key] = value
+    return ad
+
+
+def _epoch(text: str | None) -> int | None:
+    when = parse_time(text) if text else None
+    return math.floor(when.timestamp()) if when is not None else None
+
+
+def schedd_attributes(status: ExecutionJobStatus, qdate: int | None) -> dict[str, Any]:
+    """What the schedd adds to a queued job's ad from its status, by HTCondor's names
+    ("Job ClassAd Attributes"): EnteredCurrentStatus (QDate until the status first moves),
+    NumJobStarts, NumJobMatches, LastMatchTime, JobStartDate, LastVacateTime,
+    LastRejMatchReason, RemoteHost (while running or suspended), HoldReason, HoldReasonCode,
+    ExitCode, ExitSignal, ExitBySignal, CompletionDate, and of its current run
+    JobCurrentStartDate, RemoteUserCpu, RemoteSysCpu, MemoryUsage. Unknown ones are left out."""
+    execution = status.execution
+    values: dict[str, Any] = {
+        "EnteredCurrentStatus": _epoch(status.entered_current_status) or qdate,
+        "NumJobStarts": status.num_job_starts,
+        "NumJobMatches": status.num_job_matches,
+        "LastMatchTime": _epoch(status.match_time),
+        "JobStartDate": _epoch(status.job_start_date),
+        "LastVacateTime": _epoch(status.last_vacate_time),
+        "LastRejMatchReason": status.last_rej_match_reason,
+        "HoldReason": status.hold_reason,
+        "HoldReasonCode": status.hold_reason_code,
+        "ExitCode": status.exit_code,
+        "ExitSignal": status.exit_signal,
+        "CompletionDate": _epoch(status.completion_date),
+    }
+    if status.job_status in ("Running", "Suspended"):
+        values["RemoteHost"] = (execution.slot if execution is not None else None) or status.slot
+    if status.exit_code is not None or status.exit_signal is not None:
+        values["ExitBySignal"] = status.exit_signal is not None
+    if execution is not None:
+        values |= {
+            "JobCurrentStartDate": _epoch(execution.start_time),
+            "RemoteUserCpu": execution.remote_user_cpu,
+            "RemoteSysCpu": execution.remote_sys_cpu,
+            "MemoryUsage": execution.peak_memory,
+        }
+    return {key: value for key, value in values.items() if value is not None}
+
+
+def submit_ad(
     spec: ExecutionJobSpec,
     name: str,
     *,
@@ -29,16 +161,16 @@ def job_ad(
     job_status: str = "Idle",
     deferral_time: int | None = None,
 ) -> Any:
-    """The job ClassAd: condor_submit's Request*/Require*/Requirements/Rank names, memory in
-    MiB and disk in KiB, JobPrio, Owner, ClusterId/ProcId, QDate, JobStatus, KillSig,
-    MaxJobRetirementTime, JobMaxVacateTime, the runtime's Cmd, Args, Environment, Iwd, In,
-    Out, Err, `JobUniverse = 5` unless the spec's extra attributes (HTCondor's `+Attr`) set
-    it, then those attributes. A deferred or crontab job also has DeferralTime (the given
-    `deferral_time`, the schedd's, else the spec's deferralTime), DeferralWindow,
-    DeferralPrepTime, its Cron* fields as strings and, for a crontab job, OnExitRemove
-    FALSE ("Time Scheduling for Job Execution"). A nice-user job (`niceUser: true`, or NiceUser
-    TRUE among the attributes) that sets no MaxJobRetirementTime has 0, as condor_submit gives a
-    nice_user job.
+    """The job ClassAd condor_submit makes of a spec (GlobalJobId `name`): condor_submit's
+    Request*/Require*/Requirements/Rank names, memory in MiB and disk in KiB, JobPrio, Owner,
+    ClusterId/ProcId, QDate, JobStatus, KillSig, MaxJobRetirementTime, JobMaxVacateTime, the
+    runtime's Cmd, Args, Environment, Iwd, In, Out, Err, `JobUniverse = 5` unless the spec's
+    extra attributes (HTCondor's `+Attr`) set it, then those attributes. A deferred or
+    crontab job also has DeferralTime (the given `deferral_time`, the schedd's, else the
+    spec's deferralTime), DeferralWindow, DeferralPrepTime, its Cron* fields as strings and,
+    for a crontab job, OnExitRemove FALSE ("Time Scheduling for Job Execution"). A nice-user
+    job (`niceUser: true`, or NiceUser TRUE among the attributes) that sets no
+    MaxJobRetirementTime has 0, as condor_submit gives a nice_user job.
 
     Raises `kondor_core.classads.ExpressionError` naming the field of an unparsable expression.
     """

@@ -23,7 +23,7 @@ from kondor_core.api.job import RUNTIMES, ExecutionJobSpec
 from kondor_core.api.manifest import describe_errors
 from kondor_core.errors import KondorError
 from kondor_core.inputs import InputError, check_document
-from kondor_core.jobs.ad import job_ad
+from kondor_core.jobs.ad import submit_ad
 from kondor_core.jobs.podsecurity import RESTRICTED, violations
 
 #: The operations an admission request names (CONNECT never reaches an ExecutionJob).
@@ -189,7 +189,7 @@ def job_problems(job: Mapping[str, Any]) -> list[str]:
     if problems:
         return problems
     try:
-        job_ad(spec, _name(job))
+        submit_ad(spec, _name(job))
     except KondorError as error:
         return [f"spec.{error}"]
     return []

@@ -8,10 +8,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from kondor_core.api import (
-    ExecutionJobStatus,
-    merge_patch,
-)
+from kondor_core.api import ExecutionJob, ExecutionJobStatus, merge_patch
+from kondor_core.jobs.ad import DEFAULT_NAMESPACE, job_key
 
 #: The operator's part of the status: every field but the agent's `execution`.
 _AGENT_FIELD = "execution"
@@ -28,6 +26,20 @@ class JobChange:
     status: ExecutionJobStatus
     execution_point: str | None
     why: str
+
+    @classmethod
+    def of(
+        cls, job: ExecutionJob, status: ExecutionJobStatus, execution_point: str | None, why: str
+    ) -> JobChange:
+        """The change of `job` to `status`, named by the job's namespace (as `job_id` has it)
+        and name."""
+        namespace = job.metadata.namespace or DEFAULT_NAMESPACE
+        return cls(namespace, job.metadata.name, status, execution_point, why)
+
+    @property
+    def key(self) -> str:
+        """The job's key (`kondor_core.jobs.job_key`)."""
+        return job_key(self.namespace, self.name)
 
 
 def operator_part(status: ExecutionJobStatus) -> dict[str, Any]:

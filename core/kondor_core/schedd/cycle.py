@@ -24,6 +24,7 @@ from kondor_core.api import (
 )
 from kondor_core.api.pool import CycleStats, PoolStatus
 from kondor_core.classads import ExpressionError
+from kondor_core.jobs import job_id
 from kondor_core.jobs.deferral import (
     match_prep_time,
     matchable_at,
@@ -40,9 +41,8 @@ from kondor_core.negotiation.negotiator import IdleJob, Matched
 from kondor_core.negotiation.preemption import PreemptionPolicy
 from kondor_core.schedd.change import JobChange
 from kondor_core.schedd.follow import FINAL, MATCHED, claim_answer
-from kondor_core.schedd.identity import ad_of, job_key, submission_key, submitter_weight
+from kondor_core.schedd.identity import ad_of, submission_key, submitter_weight
 from kondor_core.schedd.offers import slot_offers
-from kondor_core.startd.claims import job_id as startd_job_id
 
 
 @dataclass(frozen=True)
@@ -95,7 +95,7 @@ def pending_claim(
     answer = claim_answer(status)
     if answer is None:
         return status.execution_point, status.slot
-    shown = (status.execution_point, startd_job_id(job)) in published
+    shown = (status.execution_point, job_id(job)) in published
     if answer.state in ("Running", "Suspended") and not shown:
         return status.execution_point, status.slot
     return None
@@ -206,18 +206,18 @@ def _queue(
     changes: list[JobChange] = []
     ready = [job for job in idle if _may_match_now(job, now, settings)]
     if len(ready) < len(idle):
-        keys = {job_key(job) for job in ready}
+        keys = {job_id(job) for job in ready}
         for job in idle:
-            if job_key(job) not in keys:
+            if job_id(job) not in keys:
                 changes += _rejected(job, _deferred_reason(job, settings))
         idle = ready
-    by_key = {job_key(job): job for job in idle}
+    by_key = {job_id(job): job for job in idle}
     queue: list[IdleJob] = []
     for order, job in enumerate(idle):
         try:
             ad = ad_of(job)
             name, weight = submitter_weight(job, ad, settings.slot_weight)
-            queue.append(IdleJob(job_key(job), ad, order, name, weight))
+            queue.append(IdleJob(job_id(job), ad, order, name, weight))
         except ExpressionError as error:  # admission parses these; a job from before may not
             changes += _rejected(job, f"the job's ad cannot be built: {error}")
     return queue, by_key, changes
@@ -246,7 +246,7 @@ def _matched(job: ExecutionJob, matched: Matched, ep: str, now: float) -> JobCha
     why = f"matched to {matched.slot}" + (
         f" (preempting for {matched.reason})" if matched.preempts else ""
     )
-    return JobChange(job.metadata.namespace or "", job.metadata.name, new, ep, why)
+    return JobChange.of(job, new, ep, why)
 
 
 #: Statuses in which a job holds a claim and so counts in its submitter's usage.
@@ -333,5 +333,4 @@ def _rejected(job: ExecutionJob, reason: str) -> list[JobChange]:
     if before == reason or (before is not None and _reason_kind(before) == _reason_kind(reason)):
         return []
     new = status.model_copy(update={"last_rej_match_reason": reason})
-    namespace = job.metadata.namespace or ""
-    return [JobChange(namespace, job.metadata.name, new, None, "no match")]
+    return [JobChange.of(job, new, None, "no match")]

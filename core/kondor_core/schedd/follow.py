@@ -1,8 +1,9 @@
 """Following one job's life (docs/jobs.md, steps 4 and 5): what its status becomes from its
 user commands (`spec.hold`, `spec.remove`: condor_hold, condor_release, condor_rm), the
-agent's answer to its current claim, and MATCH_TIMEOUT (`follow`); the same run on the
-agent's side for one answer (`answer_patch`); and whether time alone may change a job
-(`changes_with_time`).
+agent's answer to its current claim, and MATCH_TIMEOUT (`follow`), and whether time alone may
+change a job (`changes_with_time`). As HTCondor's startd reports and its schedd decides, the
+agent writes only its answer (`status.execution`); every other field of the status is
+written here, by the operator.
 
 Time is epoch seconds, given; nothing here reads a clock.
 """
@@ -17,10 +18,8 @@ from kondor_core.api import (
     ExecutionJobStatus,
     JobExecution,
     PoolSpec,
-    apply_merge_patch,
     condition,
     format_time,
-    model_patch,
     parse_time,
     set_condition,
 )
@@ -32,7 +31,7 @@ from kondor_core.jobs.deferral import (
     missed,
     next_cron_time,
 )
-from kondor_core.schedd.change import JobChange, operator_part, status_patch
+from kondor_core.schedd.change import JobChange, operator_part
 from kondor_core.schedd.identity import ad_of
 
 #: HoldReasonCode 1, UserRequest ("Job ClassAd Attributes": HoldReasonCode).
@@ -66,7 +65,10 @@ def follow(
     Completed with ExitCode/ExitSignal and CompletionDate, Failed -> Held with the agent's
     hold reason, Killed -> Idle, matched again; a match unanswered after MATCH_TIMEOUT ->
     Idle. Commands keep the claim and the ExecutionPoint (the agent finds the job by it and
-    kills its process); a job back to Idle has neither.
+    kills its process); a job back to Idle has neither. A job whose JobStatus changes gets
+    EnteredCurrentStatus `now`.
+
+    The schedd is the one writer of these fields: the agent only reports (`execution`).
     """
     if job.metadata.deletion_timestamp:
         return None
@@ -76,30 +78,11 @@ def follow(
         status = status.model_copy(update={"cluster_id": cluster_id})
     new, why = _next(job, status, now, settings)
     new, why = _scheduled(job, status, new, why, now)
+    if new.job_status != status.job_status:
+        new = new.model_copy(update={"entered_current_status": format_time(now)})
     if old is not None and operator_part(old) == operator_part(new):
         return None
-    return JobChange(job.metadata.namespace or "", job.metadata.name, new, new.execution_point, why)
-
-
-def answer_patch(job: ExecutionJob, execution: JobExecution, now: float) -> dict[str, Any]:
-    """The schedd's fields (a merge patch of `status`, without `execution`) that the agent's
-    answer `execution` to the job's current claim makes: `follow` of the job as it is once
-    the answer is written. Empty for an answer to another claim, or one that changes none
-    of them. The pool's settings play no part: with an answer to the current claim,
-    MATCH_TIMEOUT, the only setting `follow` reads, is not looked at."""
-    status = job.status
-    if status is None or status.claim_id is None or execution.claim_id != status.claim_id:
-        return {}
-    before = status.execution.dump() if status.execution is not None else {}
-    if before.get("claimId") != execution.claim_id:
-        before = {}
-    merged = JobExecution.model_validate(apply_merge_patch(before, model_patch(execution)))
-    answered = job.model_copy(update={"status": status.model_copy(update={"execution": merged})})
-    change = follow(answered, now, PoolSpec())
-    if change is None:
-        return {}
-    fields: dict[str, Any] = status_patch(status, change.status).get("status", {})
-    return fields
+    return JobChange.of(job, new, new.execution_point, why)
 
 
 def changes_with_time(job: ExecutionJob) -> bool:

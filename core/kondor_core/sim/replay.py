@@ -43,7 +43,7 @@ from typing import Any
 from kondor_core import startd
 from kondor_core.api import ExecutionJob, ExecutionJobSpec
 from kondor_core.config import compile_policy
-from kondor_core.jobs import job_ad
+from kondor_core.jobs import submit_ad
 from kondor_core.jobs.deferral import crontab_of, match_prep_time, may_match, missed, next_cron_time
 from kondor_core.negotiation.negotiator import IdleJob, negotiate, slot_offer
 from kondor_core.negotiation.preemption import PreemptionPolicy
@@ -252,7 +252,8 @@ class _Driver:
         elif item.submit is not None:
             job = item.submit
             name = job.metadata.name
-            queued = QueuedJob(name, job_ad(job.spec, name), ignores_soft_kill(job), spec=job.spec)
+            ad = submit_ad(job.spec, name)
+            queued = QueuedJob(name, ad, ignores_soft_kill(job), spec=job.spec)
             self.jobs[name] = _scheduled(queued, now)
         elif item.exit is not None:
             self._exit(item, now, events)
@@ -407,16 +408,16 @@ def _scheduled(job: QueuedJob, now: float) -> QueuedJob:
     if crontab is not None:
         if at is None or missed(at, spec.window_seconds, now):
             then = next_cron_time(crontab, now)
-            ad = job_ad(spec, job.name, deferral_time=then)
+            ad = submit_ad(spec, job.name, deferral_time=then)
             return dataclasses.replace(job, ad=ad, deferral_time=then)
         return job
     if at is None:
-        value = job_ad(spec, job.name, qdate=math.floor(now)).eval("DeferralTime")
+        value = submit_ad(spec, job.name, qdate=math.floor(now)).eval("DeferralTime")
         if isinstance(value, bool) or not isinstance(value, int | float):
             return dataclasses.replace(job, status=JobStatus.HELD)
         at = math.floor(value)
         job = dataclasses.replace(
-            job, ad=job_ad(spec, job.name, deferral_time=at), deferral_time=at
+            job, ad=submit_ad(spec, job.name, deferral_time=at), deferral_time=at
         )
     if missed(at, spec.window_seconds, now):
         return dataclasses.replace(job, status=JobStatus.HELD)

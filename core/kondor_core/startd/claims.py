@@ -30,7 +30,7 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 
 from kondor_core.api import ExecutionJob
-from kondor_core.jobs import job_ad
+from kondor_core.jobs import job_ad, job_id
 from kondor_core.policy import (
     ActivateClaim,
     Activity,
@@ -52,11 +52,6 @@ class Ended:
 
     exit_code: int = 0
     killed: bool = False
-
-
-def job_id(job: ExecutionJob) -> str:
-    """The id the startd knows a job by: `namespace/name`."""
-    return f"{job.metadata.namespace or 'default'}/{job.metadata.name}"
 
 
 @dataclass(frozen=True)
@@ -83,7 +78,6 @@ def schedd_events(
     agent takes back (claimed anew)."""
     events: dict[str, list[Event]] = {}
     refused: list[tuple[str, str, str]] = []
-    known = {s.name for s in node.state.slots}
     holders = {s.claim.job_id: s for s in node.state.slots if s.claim is not None}
     # A preempting claim waits on its slot until the claim it preempts is gone.
     waiting = {s.pending_claim.job_id for s in node.state.slots if s.pending_claim is not None}
@@ -93,62 +87,18 @@ def schedd_events(
         if status is None or status.claim_id is None:
             continue
         slot = holders.get(name)
-        wanted = not (job.spec.hold or job.spec.remove)
         if slot is None:
             new = status.claim_id not in answered and status.job_status == "Idle"
             if (
-                wanted
+                _wanted(job)
                 and name not in waiting
                 and (new or name in adopting)
                 and status.slot is not None
                 and name not in ended
             ):
-                if status.slot not in known:
-                    why = f"match refused: this node has no slot {status.slot}"
-                    refused.append((name, status.claim_id, why))
-                    continue
-                victims = [
-                    s
-                    for s in node.state.slots
-                    if s.name in (status.preempt_slots or ()) and s.claim
-                ]
-                if new and victims:
-                    for victim in victims:  # pslot preemption: make room first
-                        if not _releasing(victim):
-                            events.setdefault(victim.name, []).append(ReleaseClaim())
-                    continue
-                ad = job_ad(
-                    job.spec,
-                    name,
-                    cluster_id=status.cluster_id,
-                    deferral_time=status.deferral_time,
-                )
-                sent: list[Event] = [
-                    Match(
-                        status.claim_id,
-                        ad,
-                        job_id=name,
-                        for_user_priority=status.preemption == "UserPriority",
-                    )
-                ]
-                if node.state.slot(status.slot).state is not State.CLAIMED:
-                    sent.append(ActivateClaim())  # a preempting claim is activated later
-                events.setdefault(status.slot, []).extend(sent)
-            continue
-        assert slot.claim is not None
-        if name in ended:
-            continue
-        if wanted and slot.claim.claim_id == status.claim_id:
-            own = events.setdefault(slot.name, [])
-            own.append(LeaseRenewed())
-            if (
-                slot.state is State.CLAIMED
-                and slot.activity is Activity.IDLE
-                and slot.claim.activations == 0
-            ):
-                own.append(ActivateClaim())  # the preempting claim took over (transition 23)
-        elif not _releasing(slot):
-            events.setdefault(slot.name, []).append(ReleaseClaim())
+                _claim(node, job, name, new=new, events=events, refused=refused)
+        elif name not in ended:
+            _held(slot, job, events)
     for name, slot in holders.items():
         if name not in by_id and name not in ended and not _releasing(slot):
             events.setdefault(slot.name, []).append(ReleaseClaim())  # the job is gone
@@ -161,6 +111,64 @@ def schedd_events(
         if slot.pending_claim is None and slot.activity is not Activity.RETIRING:
             own.append(ReleaseClaim())
     return Said(events, refused)
+
+
+def _wanted(job: ExecutionJob) -> bool:
+    """The job still wants its claim: neither held nor removed."""
+    return not (job.spec.hold or job.spec.remove)
+
+
+def _claim(
+    node: Startd,
+    job: ExecutionJob,
+    name: str,
+    *,
+    new: bool,
+    events: dict[str, list[Event]],
+    refused: list[tuple[str, str, str]],
+) -> None:
+    """A match for a slot no claim of this job holds: refused when the node has no such
+    slot; the preempted dynamic slots' claims released first (pslot preemption); else Match
+    with the job's ad (`kondor_core.jobs.job_ad`, the one the negotiator matched), and
+    ActivateClaim unless the slot is Claimed (a preempting claim is activated later)."""
+    status = job.status
+    assert status is not None and status.claim_id is not None and status.slot is not None
+    if status.slot not in {s.name for s in node.state.slots}:
+        refused.append(
+            (name, status.claim_id, f"match refused: this node has no slot {status.slot}")
+        )
+        return
+    victims = [s for s in node.state.slots if s.name in (status.preempt_slots or ()) and s.claim]
+    if new and victims:
+        for victim in victims:  # pslot preemption: make room first
+            if not _releasing(victim):
+                events.setdefault(victim.name, []).append(ReleaseClaim())
+        return
+    preempts = status.preemption == "UserPriority"
+    sent: list[Event] = [
+        Match(status.claim_id, job_ad(job), job_id=name, for_user_priority=preempts)
+    ]
+    if node.state.slot(status.slot).state is not State.CLAIMED:
+        sent.append(ActivateClaim())
+    events.setdefault(status.slot, []).extend(sent)
+
+
+def _held(slot: SlotState, job: ExecutionJob, events: dict[str, list[Event]]) -> None:
+    """A slot holding a claim of this job: the lease renewed while the job still names the
+    claim and wants it (and the claim activated once a preempting claim took the slot over,
+    transition 23); else the claim released."""
+    assert slot.claim is not None and job.status is not None
+    if _wanted(job) and slot.claim.claim_id == job.status.claim_id:
+        own = events.setdefault(slot.name, [])
+        own.append(LeaseRenewed())
+        if (
+            slot.state is State.CLAIMED
+            and slot.activity is Activity.IDLE
+            and slot.claim.activations == 0
+        ):
+            own.append(ActivateClaim())
+    elif not _releasing(slot):
+        events.setdefault(slot.name, []).append(ReleaseClaim())
 
 
 def _releasing(slot: SlotState) -> bool:

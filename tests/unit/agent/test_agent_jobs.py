@@ -222,10 +222,10 @@ def test_a_match_is_claimed_run_and_reported_until_it_exits(node: Any) -> None:
     assert launcher.removed == ["default/hello"]
 
 
-def test_each_answer_carries_the_schedd_s_fields_in_one_guarded_write(node: Any) -> None:
-    # Issue 16: from match to exit the agent writes twice (Running, Exited), each write
-    # carrying what the operator would follow (JobStatus, NumJobStarts, ExitCode, ...),
-    # so the operator has nothing left to write.
+def test_the_agent_writes_its_answer_alone_and_the_schedd_follows_it(node: Any) -> None:
+    # One writer per field (issue 30): the agent reports (status.execution, nothing else,
+    # no resourceVersion guard: no one else writes it); the operator's follow makes the
+    # schedd's fields of each answer (JobStatus, NumJobStarts, ExitCode, ...).
     api, clock, launcher, agent = node
     api.job_objects["default/hello"] = matched("hello", "uid-hello#1")
     _tick(agent, clock)
@@ -233,35 +233,15 @@ def test_each_answer_carries_the_schedd_s_fields_in_one_guarded_write(node: Any)
     clock.now += 0.2
     agent.step()
     [(_, running), (_, exited)] = api.job_patches
-    assert running["metadata"] == {"resourceVersion": "1"}
-    assert running["status"]["jobStatus"] == "Running"
-    assert running["status"]["numJobStarts"] == 1
+    assert running == {"status": {"execution": running["status"]["execution"]}}
     assert running["status"]["execution"]["state"] == "Running"
-    assert exited["metadata"] == {"resourceVersion": "101"}  # the version the first returned
-    assert (exited["status"]["jobStatus"], exited["status"]["exitCode"]) == ("Completed", 3)
+    assert list(exited) == ["status"] and list(exited["status"]) == ["execution"]
     job = ExecutionJob.model_validate(api.job_objects["default/hello"])
-    assert follow(job, clock.now, PoolSpec()) is None
-    assert api.conflicts == 0
-
-
-def test_an_answer_to_a_job_changed_meanwhile_is_written_alone(node: Any) -> None:
-    # Someone wrote the job after the agent read it: the guarded write is refused and the
-    # answer alone is written; the operator follows it.
-    api, clock, launcher, agent = node
-    api.job_objects["default/hello"] = matched("hello", "uid-hello#1")
-    real_launch = launcher.launch
-
-    def launch_then_touch(*args: Any) -> str:
-        api.job_objects["default/hello"]["metadata"]["resourceVersion"] = "50"
-        return real_launch(*args)
-
-    launcher.launch = launch_then_touch  # type: ignore[method-assign]
-    _tick(agent, clock)
-    assert api.conflicts == 1
-    [(_, alone)] = api.job_patches
-    assert list(alone) == ["status"] and list(alone["status"]) == ["execution"]
-    assert alone["status"]["execution"]["state"] == "Running"
-    assert api.job_objects["default/hello"]["status"]["jobStatus"] == "Idle"
+    assert job.status is not None and job.status.job_status == "Idle"  # not the agent's
+    change = follow(job, clock.now, PoolSpec())
+    assert change is not None
+    assert (change.status.job_status, change.status.exit_code) == ("Completed", 3)
+    assert change.status.num_job_starts == 1
 
 
 def test_the_startd_has_the_last_word(node: Any) -> None:

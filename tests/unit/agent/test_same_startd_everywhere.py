@@ -27,7 +27,7 @@ from kondor_agent.loop import Agent, AgentConfig
 from kondor_core import startd
 from kondor_core.api import ExecutionJob, Machine, SlotPolicy
 from kondor_core.config import compile_policy
-from kondor_core.jobs import job_ad
+from kondor_core.jobs import submit_ad
 from kondor_core.negotiation import IdleJob, negotiate, slot_offer
 from kondor_core.policy import ActivateClaim, Match
 from kondor_core.sim import replay, simulate
@@ -113,7 +113,7 @@ def test_agent_simulate_and_timeline_agree(policy: Path, machine: Path) -> None:
     for path in JOBS:
         job = _job(path)
         name = job.metadata.name
-        ad = job_ad(job.spec, name)
+        ad = submit_ad(job.spec, name)
         where = f"{policy.stem} x {machine.stem} x {path.stem}"
 
         # The timeline, and simulate at the time the timeline first negotiates.
@@ -149,7 +149,7 @@ def test_a_vanilla_only_policy_starts_an_execution_job_in_simulate_and_the_timel
     machine = EXAMPLES / "machines" / "node-a.yaml"
     job = _job(EXAMPLES / "jobs" / "small.yaml")
     effective = compile_policy(_policy(policy).spec)
-    placed = simulate(_machine(machine), effective, [("small", job_ad(job.spec, "small"))])
+    placed = simulate(_machine(machine), effective, [("small", submit_ad(job.spec, "small"))])
     assert placed.placements[0].slot == f"slot1_1@{_machine(machine).name}"
     scenario = Scenario(_machine(machine), _policy(policy), 5.0, 5.0, (Step(0, 0.0, submit=job),))
     assert [j.slot for j in replay(scenario).jobs] == [placed.placements[0].slot]

@@ -187,7 +187,9 @@ def test_long_prints_the_job_ad_with_status_attributes() -> None:
         "MemoryUsage = 37",
         "RequestMemory = 2048",
         'Cmd = "/bin/sleep"',
-        'GlobalJobId = "physics/sleep-600"',
+        # HTCondor's form, <schedd>#<ClusterId>.<ProcId>#<QDate>; the schedd is the Pool's.
+        'GlobalJobId = "default#12.0#1773483600"',
+        "NumJobStarts = 1",
         "JobUniverse = 5",
     ):
         assert expected in lines

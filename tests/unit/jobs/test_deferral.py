@@ -14,7 +14,7 @@ from pydantic import ValidationError
 
 from kondor_core.api.crontab import parse_cron_field
 from kondor_core.api.job import ExecutionJobSpec
-from kondor_core.jobs import job_ad
+from kondor_core.jobs import submit_ad
 from kondor_core.jobs.deferral import (
     HOLD_MISSED_DEFERRED_EXECUTION_TIME,
     Start,
@@ -236,16 +236,16 @@ def test_the_job_ad_carries_htcondors_attributes() -> None:
     spec = ExecutionJobSpec.model_validate(
         {"deferralTime": "QDate + 60", "deferralWindow": 120, "deferralPrepTime": 30}
     )
-    ad = job_ad(spec, "ns/job", qdate=1000)
+    ad = submit_ad(spec, "ns/job", qdate=1000)
     assert ad.eval("DeferralTime") == 1060
     assert (ad["DeferralWindow"], ad["DeferralPrepTime"]) == (120, 30)
-    assert job_ad(spec, "ns/job", qdate=1000, deferral_time=5)["DeferralTime"] == 5
+    assert submit_ad(spec, "ns/job", qdate=1000, deferral_time=5)["DeferralTime"] == 5
     cron = ExecutionJobSpec.model_validate({"cronMinute": "*/10", "cronWindow": 60})
-    ad = job_ad(cron, "ns/job", deferral_time=600)
+    ad = submit_ad(cron, "ns/job", deferral_time=600)
     assert (ad["CronMinute"], ad["DeferralTime"], ad["DeferralWindow"]) == ("*/10", 600, 60)
     assert ad["OnExitRemove"] is False
     assert "CronHour" not in ad and "DeferralPrepTime" not in ad
-    assert "DeferralTime" not in job_ad(ExecutionJobSpec(), "ns/plain")
+    assert "DeferralTime" not in submit_ad(ExecutionJobSpec(), "ns/plain")
 
 
 # -- an oracle: the next time is the first minute, scanned one by one, the crontab selects -------

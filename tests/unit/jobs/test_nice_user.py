@@ -13,14 +13,14 @@ import pytest
 
 from kondor_core import startd
 from kondor_core.api import ExecutionJobSpec
-from kondor_core.jobs import job_ad
+from kondor_core.jobs import submit_ad
 from kondor_core.policy import ActivateClaim, Match
 
 from ..negotiation.test_negotiator import node, offers
 
 
 def ad(**spec: Any) -> Any:
-    return job_ad(ExecutionJobSpec.model_validate({"owner": "carol", **spec}), "j")
+    return submit_ad(ExecutionJobSpec.model_validate({"owner": "carol", **spec}), "j")
 
 
 @pytest.mark.parametrize(

@@ -4,7 +4,7 @@ rejections, resources, and where the job stands."""
 from __future__ import annotations
 
 from kondor_core.api import ExecutionJobSpec
-from kondor_core.jobs import job_ad
+from kondor_core.jobs import submit_ad
 from kondor_core.negotiation.analyze import analyze, conjuncts, job_state, render
 from kondor_core.negotiation.negotiator import slot_offer
 
@@ -22,7 +22,7 @@ def offers(*names_cpus: tuple[str, int], policy: dict[str, str] | None = None) -
 
 def ad(**spec: object) -> object:
     body = {"owner": "alice", "process": {"executable": "/bin/true"}, **spec}
-    return job_ad(ExecutionJobSpec.model_validate(body), "ns/j", cluster_id=3)
+    return submit_ad(ExecutionJobSpec.model_validate(body), "ns/j", cluster_id=3)
 
 
 def test_conjuncts_split_top_level_ands_only() -> None:

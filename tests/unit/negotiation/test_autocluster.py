@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from kondor_core.api import ExecutionJobSpec
-from kondor_core.jobs import job_ad
+from kondor_core.jobs import submit_ad
 from kondor_core.negotiation.autocluster import IndexedMatchmaker
 from kondor_core.negotiation.negotiator import IdleJob, Matched, Matchmaker, slot_offer
 
@@ -48,7 +48,7 @@ def jobs(seed: int, count: int) -> list[IdleJob]:
             spec["requirements"] = f"TotalCpus >= {rng.choice([4, 8])}"
         if rng.random() < 0.3:
             spec["rank"] = "TotalCpus"
-        ad = job_ad(ExecutionJobSpec.model_validate(spec), f"ns/j{i}", cluster_id=i + 1)
+        ad = submit_ad(ExecutionJobSpec.model_validate(spec), f"ns/j{i}", cluster_id=i + 1)
         out.append(IdleJob(f"ns/j{i}", ad, i))
     return out
 

@@ -8,7 +8,7 @@ from typing import Any
 from kondor_core import startd
 from kondor_core.api import ExecutionJobSpec, Machine, SlotPolicySpec
 from kondor_core.config import compile_policy
-from kondor_core.jobs import job_ad
+from kondor_core.jobs import submit_ad
 from kondor_core.negotiation import IdleJob, negotiate, slot_offer
 from kondor_core.negotiation.matchmaking import job_rank, requirements_met
 from kondor_core.policy import ActivateClaim, Match
@@ -35,7 +35,7 @@ def offers(of: startd.Startd, now: float = 0.0) -> list[Any]:
 
 
 def job(name: str, order: int = 0, **spec: Any) -> IdleJob:
-    return IdleJob(name, job_ad(ExecutionJobSpec.model_validate(spec), name), order)
+    return IdleJob(name, submit_ad(ExecutionJobSpec.model_validate(spec), name), order)
 
 
 def test_a_partitionable_slot_of_eight_cores_takes_eight_one_core_jobs_in_one_cycle() -> None:

@@ -11,7 +11,7 @@ import pytest
 
 from kondor_core import startd
 from kondor_core.api import ExecutionJobSpec, PoolSpec
-from kondor_core.jobs import job_ad
+from kondor_core.jobs import submit_ad
 from kondor_core.negotiation import IdleJob, negotiate, slot_offer
 from kondor_core.negotiation.autocluster import IndexedMatchmaker
 from kondor_core.negotiation.fairshare import negotiate_fair
@@ -28,7 +28,7 @@ PRIORITIES = {"alice": 500.0, "bob": 5000.0, "nice-user.carol": 0.5e10, "dave": 
 def idle(name: str, submitter: str, order: int = 0, **spec: Any) -> IdleJob:
     owner = submitter.removeprefix("nice-user.")
     nice = {"attributes": {"NiceUser": "true"}} if submitter.startswith("nice-user.") else {}
-    ad = job_ad(ExecutionJobSpec.model_validate({"owner": owner, **nice, **spec}), name)
+    ad = submit_ad(ExecutionJobSpec.model_validate({"owner": owner, **nice, **spec}), name)
     return IdleJob(name, ad, order, submitter)
 
 

@@ -15,17 +15,15 @@ from kondor_core.api import (
     ExecutionJob,
     ExecutionJobStatus,
     ExecutionPoint,
-    JobExecution,
     Machine,
     PoolSpec,
     SlotPolicySpec,
-    apply_merge_patch,
     format_time,
 )
 from kondor_core.config import compile_policy
 from kondor_core.schedd.change import JobChange, status_patch
 from kondor_core.schedd.cycle import plan_cycle, submitter_usage
-from kondor_core.schedd.follow import answer_patch, changes_with_time, follow
+from kondor_core.schedd.follow import changes_with_time, follow
 from kondor_core.schedd.identity import ad_of, is_nice
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -361,54 +359,22 @@ def test_a_deleted_job_is_not_followed() -> None:
     assert followed(deleting, NOW + 1000) is None
 
 
-ANSWERED_ROWS = [
-    row
-    for row in FOLLOW_TABLE
-    if (row[1].get("execution") or {}).get("claimId") == row[1].get("claimId") is not None
-]
-
-
-@pytest.mark.parametrize(
-    ("status", "spec"), [row[1:3] for row in ANSWERED_ROWS], ids=[row[0] for row in ANSWERED_ROWS]
-)
-def test_the_agent_writes_what_the_operator_would_follow(
-    status: dict[str, Any], spec: dict[str, Any]
-) -> None:
-    # The agent's answer carries the schedd's fields (answer_patch); once written, the
-    # operator's follow finds nothing to do.
-    unanswered = {key: value for key, value in status.items() if key != "execution"}
-    before = job(unanswered, **spec)
-    given = JobExecution.model_validate(status["execution"])
-    patch = answer_patch(before, given, NOW)
-    answered = job(status, **spec)
-    operator = followed(answered)
-    expected = {} if operator is None else status_patch(answered.status, operator.status)
-    assert patch == expected.get("status", {})
-    written = apply_merge_patch(
-        answered.model_dump(by_alias=True, exclude_none=True), {"status": patch}
-    )
-    assert followed(ExecutionJob.model_validate(written)) is None
-
-
-def test_an_answer_to_another_claim_carries_nothing() -> None:
-    stale = JobExecution.model_validate(answer("Exited", claim=f"{UID}#0", exitCode=0))
-    assert answer_patch(job(MATCHED), stale, NOW) == {}
-    assert answer_patch(job(None), stale, NOW) == {}
-
-
-def test_an_exit_merges_with_the_running_answer_before_it() -> None:
-    # The agent's Exited answer is merged into its Running one on the server: the start
-    # time the operator would read comes from there when the exit does not repeat it.
+def test_an_exit_after_running_is_followed_to_completed() -> None:
+    # The agent writes its answer alone (status.execution); the operator's follow makes the
+    # schedd's fields of it, EnteredCurrentStatus with them.
     running = {
         **MATCHED,
         "jobStatus": "Running",
         "numJobStarts": 1,
         "jobStartDate": format_time(NOW - 60),
-        "execution": answer("Running", startTime=format_time(NOW - 60)),
+        "execution": answer("Exited", exitCode=3, endTime=format_time(NOW)),
     }
-    exited = JobExecution.model_validate(answer("Exited", exitCode=3, endTime=format_time(NOW)))
-    assert answer_patch(job(running), exited, NOW) == {
+    before = job(running)
+    change = followed(before)
+    assert change is not None
+    assert status_patch(before.status, change.status)["status"] == {
         "jobStatus": "Completed",
+        "enteredCurrentStatus": format_time(NOW),
         "exitCode": 3,
         "completionDate": format_time(NOW),
     }

@@ -12,7 +12,7 @@ from kondor_core.api.job import ExecutionJobSpec
 from kondor_core.api.machine import Machine
 from kondor_core.config.effective import EffectivePolicy, SlotTypeDef
 from kondor_core.config.shares import parse_shares
-from kondor_core.jobs import job_ad
+from kondor_core.jobs import submit_ad
 from kondor_core.sim import Placement, simulate
 from kondor_core.slots import LayoutError
 
@@ -38,11 +38,11 @@ def spec(**fields: Any) -> ExecutionJobSpec:
 
 
 def requests(*specs: tuple[str, dict[str, Any]]) -> list[tuple[str, Any]]:
-    return [(name, job_ad(spec(**fields), name)) for name, fields in specs]
+    return [(name, submit_ad(spec(**fields), name)) for name, fields in specs]
 
 
 def test_job_ad_carries_condor_submit_s_attributes() -> None:
-    ad = job_ad(
+    ad = submit_ad(
         spec(
             owner="alice",
             requestCpus=2,

@@ -48,8 +48,19 @@ class FakeKube:
         return copy.deepcopy(self.pools.get(name))
 
     def patch_pool_status(self, name: str, patch: Mapping[str, Any]) -> bool:
-        pool = self.pools.setdefault(name, {"metadata": {"name": name}, "spec": {}})
-        self.pools[name] = apply_merge_patch(pool, dict(patch))
+        # As the API server (and Kube.patch_pool_status): a missing Pool is created with an
+        # empty spec; a patch naming a resourceVersion the Pool no longer has is refused.
+        self.calls.append(("pool", name, dict(patch)))
+        pool = self.pools.setdefault(
+            name, {"metadata": {"name": name, "resourceVersion": "1"}, "spec": {}}
+        )
+        guard = (patch.get("metadata") or {}).get("resourceVersion")
+        if guard is not None and guard != pool["metadata"]["resourceVersion"]:
+            return False
+        updated = apply_merge_patch(pool, {"status": patch.get("status") or {}})
+        self.version += 1
+        updated["metadata"] = {**updated["metadata"], "resourceVersion": str(self.version)}
+        self.pools[name] = updated
         return True
 
     def add(self, body: dict[str, Any]) -> None:
@@ -162,6 +173,69 @@ def test_a_new_job_gets_a_cluster_id_and_is_matched_in_one_pass() -> None:
     assert [what for what, name, _ in world.kube.calls if name == "j1"] == ["status"]
     assert world.labels("j1") == {}
     assert all("execution" not in patch.get("status", {}) for _, _, patch in world.kube.calls)
+
+
+def test_cluster_ids_come_from_the_pool_s_counter_and_are_never_reused() -> None:
+    # Issue 30: ClusterIds come from the Pool's status.lastClusterId, not from the jobs an
+    # operator sees: a restarted operator, after the newest job was deleted, gives the next
+    # job a new ClusterId. With no Pool `default`, the first reservation creates it.
+    world = World()
+    assert world.kube.pools == {}
+    world.kube.add(job_body("j1"))
+    world.kube.add(job_body("j2"))
+    world.sync()
+    world.negotiator.run_once({"ns/j1", "ns/j2"}, cycle=False)
+    assert (world.status("j1")["clusterId"], world.status("j2")["clusterId"]) == (1, 2)
+    assert world.kube.pools["default"]["status"]["lastClusterId"] == 2
+    assert world.kube.pools["default"]["spec"] == {}  # created with the defaults
+    del world.kube.objects["ns/j2"]  # the newest job deleted
+    restarted = Negotiator(world.kube, Metrics(), clock=lambda: NOW)
+    world.negotiator = restarted
+    restarted.attach(world.index, world.eps, world.pools)
+    world.kube.add(job_body("j3"))
+    world.sync()
+    restarted.run_once({"ns/j3"}, cycle=True)
+    assert world.status("j3")["clusterId"] == 3
+    # The accountant's write each cycle leaves the counter alone.
+    assert world.kube.pools["default"]["status"]["lastClusterId"] == 3
+    pools = [p for what, _, p in world.kube.calls if what == "pool"]
+    accountant = [p for p in pools if "lastCycle" in p["status"]]
+    assert accountant and all("lastClusterId" not in p["status"] for p in accountant)
+
+
+def test_a_cluster_id_reservation_refused_by_a_concurrent_write_is_read_again() -> None:
+    world = World()
+    world.kube.patch_pool_status("default", {"status": {"lastClusterId": 40}})
+    real = world.kube.read_pool
+    reads = 0
+
+    def read_then_someone_writes(name: str) -> dict[str, Any] | None:
+        nonlocal reads
+        reads += 1
+        found = real(name)
+        if reads == 1:  # another writer moves the counter after this read: 409
+            world.kube.patch_pool_status(name, {"status": {"lastClusterId": 50}})
+        return found
+
+    world.kube.read_pool = read_then_someone_writes  # type: ignore[method-assign]
+    world.kube.add(job_body("j1"))
+    world.sync()
+    world.negotiator.run_once({"ns/j1"}, cycle=False)
+    assert reads == 2
+    assert world.status("j1")["clusterId"] == 51
+    assert world.kube.pools["default"]["status"]["lastClusterId"] == 51
+
+
+def test_the_counter_starts_past_the_cluster_ids_jobs_already_have() -> None:
+    # A Pool from before the counter: the jobs' own ClusterIds are never given again.
+    world = World()
+    old = job_body("old")
+    old["status"] = {"jobStatus": "Idle", "clusterId": 7}
+    world.kube.add(old)
+    world.kube.add(job_body("new"))
+    world.sync()
+    world.negotiator.run_once({"ns/new"}, cycle=False)
+    assert world.status("new")["clusterId"] == 8
 
 
 def test_a_stale_index_does_not_match_a_job_twice() -> None:

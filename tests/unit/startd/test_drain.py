@@ -17,7 +17,7 @@ from kondor_core.api import (
     SlotPolicySpec,
 )
 from kondor_core.config import compile_policy
-from kondor_core.jobs import job_ad
+from kondor_core.jobs import submit_ad
 from kondor_core.policy import (
     ActivateClaim,
     CancelDrain,
@@ -81,7 +81,7 @@ def node_with_a_job(retirement: int) -> startd.Startd:
     )
     node = startd.tick(startd.start(machine, policy, 0), {}, 0).startd
     events: dict[str, list[Event]] = {
-        "slot1@n": [Match("c1", job_ad(ExecutionJobSpec(), "j"), job_id="j"), ActivateClaim()]
+        "slot1@n": [Match("c1", submit_ad(ExecutionJobSpec(), "j"), job_id="j"), ActivateClaim()]
     }
     return startd.tick(node, {}, 1, slot_events=events).startd
 
@@ -179,7 +179,7 @@ def test_start_lets_freed_resources_take_jobs_until_the_last_old_job_exits() -> 
     assert ad.attributes["Start"] == "TARGET.Short =?= true"
     assert "Start" in ad.expressions
 
-    long_job = job_ad(ExecutionJobSpec(), "long")
+    long_job = submit_ad(ExecutionJobSpec(), "long")
     refused = startd.tick(
         node,
         {},
@@ -187,7 +187,7 @@ def test_start_lets_freed_resources_take_jobs_until_the_last_old_job_exits() -> 
         slot_events={"slot1@n": [Match("c2", long_job, job_id="long"), ActivateClaim()]},
     )
     assert any(a.kind.value == "refuse-claim" for a in refused.actions)
-    short = job_ad(ExecutionJobSpec.model_validate({"attributes": {"Short": "true"}}), "short")
+    short = submit_ad(ExecutionJobSpec.model_validate({"attributes": {"Short": "true"}}), "short")
     node = startd.tick(
         node, {}, 4, slot_events={"slot1@n": [Match("c3", short, job_id="short"), ActivateClaim()]}
     ).startd

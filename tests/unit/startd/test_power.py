@@ -12,7 +12,7 @@ from kondor_core import startd
 from kondor_core.api import ExecutionJobSpec, Machine, SlotPolicySpec
 from kondor_core.api.executionpoint import PowerStatus
 from kondor_core.config import compile_policy
-from kondor_core.jobs import job_ad
+from kondor_core.jobs import submit_ad
 from kondor_core.policy import ActivateClaim, Event, Match
 from kondor_core.startd.power import (
     ORIGINAL_ANNOTATION,
@@ -112,7 +112,7 @@ def test_idle_slots_agree_on_ram_and_a_claimed_one_vetoes() -> None:
     assert agreement.slots == {"slot1@n": "RAM", "slot2@n": "RAM"}
 
     events: dict[str, list[Event]] = {
-        "slot1@n": [Match("c1", job_ad(ExecutionJobSpec(), "j"), job_id="j"), ActivateClaim()]
+        "slot1@n": [Match("c1", submit_ad(ExecutionJobSpec(), "j"), job_id="j"), ActivateClaim()]
     }
     busy = startd.tick(idle, {}, 2, slot_events=events).startd
     vetoed = evaluate(busy, {}, 3)

@@ -20,7 +20,7 @@ from kondor_core.api import (
     whole_slot_ad,
 )
 from kondor_core.config import PolicyError, compile_policy
-from kondor_core.jobs import job_ad
+from kondor_core.jobs import submit_ad
 from kondor_core.policy import ActivateClaim, EngineError, Match
 from kondor_core.slots import LayoutError
 
@@ -46,7 +46,7 @@ def _statuses(machine_path: Path, policy_path: Path) -> list[ExecutionPointStatu
     live = {"LoadAvg": 0.25, "KeyboardIdle": 600}
     idle = startd.tick(node, live, NOW).startd
     first = idle.state.slots[0].name
-    ad = job_ad(ExecutionJobSpec(), "j")
+    ad = submit_ad(ExecutionJobSpec(), "j")
     events = {first: [Match("c1", ad, job_id="j"), ActivateClaim()]}
     busy = startd.tick(idle, live, NOW + 1, slot_events=events).startd
     usage = {slot.name: {"LoadAvg": 1.0, "MemoryUsage": 10} for slot in busy.state.slots}

@@ -7,7 +7,7 @@ from typing import Any
 from kondor_core import startd
 from kondor_core.api import ExecutionJobSpec, Machine, SlotPolicySpec
 from kondor_core.config import compile_policy
-from kondor_core.jobs import job_ad
+from kondor_core.jobs import submit_ad
 from kondor_core.policy import ActivateClaim, Match
 
 
@@ -24,7 +24,7 @@ def machine(**changes: Any) -> Machine:
 
 def claimed() -> startd.Startd:
     node = startd.tick(startd.start(machine(), compile_policy(SlotPolicySpec()), 0), {}, 0)
-    ad = job_ad(ExecutionJobSpec(), "j")
+    ad = submit_ad(ExecutionJobSpec(), "j")
     events = {"slot1@desk": [Match("c1", ad, job_id="j"), ActivateClaim()]}
     return startd.tick(node.startd, {}, 1, slot_events=events).startd
 
