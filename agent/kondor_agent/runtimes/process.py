@@ -29,6 +29,13 @@ from kondor_core.api import ExecutionJob, JobExecution
 from kondor_core.api.job import ExecutionAccount
 from kondor_core.classads import ExpressionError, parse_ad
 from kondor_core.jobs.apptainer import ApptainerSettings
+from kondor_core.jobs.gpus import (
+    GpuSettings,
+    devices_to_hide,
+    gpu_environment,
+    parse_environment_for,
+    slot_gpus,
+)
 from kondor_core.jobs.hooks import HOOK_FAILURES_FILE, HookSettingsError, JobHooks, job_hooks
 from kondor_core.jobs.runas import Account, AccountError, RunAsSettings, run_as
 from kondor_core.slots import SlotAd
@@ -49,6 +56,8 @@ class ProcessJobs:
         self.launcher = launcher
         self.settings = ExecuteSettings()
         self.apptainer = ApptainerSettings.from_macros()
+        #: The GPU knobs: the job's GPU environment and hidden device nodes.
+        self.gpus = GpuSettings.from_macros()
         self._macros: Mapping[str, str] | None = None
         #: Who jobs run as (the policy's run-as knobs and user accounts).
         self.run_as = RunAsSettings()
@@ -75,6 +84,9 @@ class ProcessJobs:
             return
         self._macros = dict(macros)
         self.apptainer = ApptainerSettings.from_macros(macros)
+        self.gpus = GpuSettings.from_macros(macros)
+        for problem in parse_environment_for(self.gpus.environment_for)[1]:
+            log.error("%s", problem)
         try:
             self.run_as = RunAsSettings.from_macros(macros)
         except AccountError as err:
@@ -105,9 +117,12 @@ class ProcessJobs:
                 machine_memory_mib=total,
             )
         account = self._account(job, job_id, slot, job_ad_text)
+        gpus = slot_gpus(slot.attributes)
+        # The starter's GPU variables win over the job's own (HTCondor sets them last).
+        env = {**runtime.environment, **gpu_environment(gpus, self.gpus)}
         return self.launcher.launch(
             f"{namespace}.{name}.{number}",
-            runtime,
+            runtime.model_copy(update={"environment": env}),
             job_ad_text,
             slot.to_classad().printOld(),  # the slot's ad is the job's machine ad
             slot=slot.name,
@@ -115,6 +130,7 @@ class ProcessJobs:
             apptainer=self.apptainer,
             hooks=self._hooks(slot, job_ad_text),
             account=account,
+            hide_devices=devices_to_hide(gpus, self.gpus, self.launcher.gpu_isolation.nodes),
         )
 
     def _account(

@@ -32,7 +32,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -43,10 +43,12 @@ from kondor_agent.execute.jobdir import DEFAULT_PATH
 from kondor_agent.execute.limits import CgroupLimits
 from kondor_agent.execute.privileges import ensure_traversable
 from kondor_agent.execute.records import JobResult, LaunchSpec
+from kondor_agent.gpu_isolation import GpuDeviceIsolation
 from kondor_agent.runtimes.apptainer import ApptainerCommands, pid_namespaces_work
 from kondor_core.api import ApptainerRuntime, ProcessRuntime
 from kondor_core.errors import KondorError
 from kondor_core.jobs.apptainer import ApptainerSettings
+from kondor_core.jobs.gpus import GpuDeviceNode
 from kondor_core.jobs.hooks import JOB_EXIT, PREPARE_JOB, UPDATE_JOB_INFO, JobHooks
 from kondor_core.jobs.runas import Account, AccountError, RunAsSettings, run_as
 
@@ -146,10 +148,13 @@ class ProcessLauncher:
         pid_namespaces: Callable[[], bool] = pid_namespaces_work,
         hooks_dir: Path | None = None,
         euid: Callable[[], int] = os.geteuid,
+        gpu_isolation: GpuDeviceIsolation | None = None,
     ) -> None:
         self.execute_dir = Path(execute_dir).resolve()
         self.hooks_dir = hooks_dir
         self.cgroups = cgroups
+        #: Where a job's other GPUs are hidden (STARTER_HIDE_GPU_DEVICES).
+        self.gpu_isolation = gpu_isolation or GpuDeviceIsolation.disabled()
         self._python = python
         self._clock = clock
         self._apptainer = ApptainerCommands(search_path=search_path, pid_namespaces=pid_namespaces)
@@ -176,6 +181,7 @@ class ProcessLauncher:
         apptainer: ApptainerSettings | None = None,
         hooks: JobHooks | None = None,
         account: Account | AccountError | None = None,
+        hide_devices: Sequence[GpuDeviceNode] = (),
     ) -> JobHandle:
         """Create the job's directory and cgroup and start its supervisor; returns at once.
 
@@ -183,7 +189,8 @@ class ProcessLauncher:
         `hooks` the job's hooks, run from the hooks directory only; `account` who the job
         runs as (`kondor_core.jobs.runas`; the slot's own user when None). The job never
         runs as root: its scratch directory (mode 0700) and ads belong to its account, and
-        its supervisor's child drops to it before exec.
+        its supervisor's child drops to it before exec. `hide_devices` are the GPU device
+        nodes the job must not open (`kondor_agent.gpu_isolation`).
         A job that cannot start (no apptainer, no image, no cgroup, bad paths, no such
         account) still gets a handle: `poll` returns its `failed` result with the hold reason.
         """
@@ -253,6 +260,7 @@ class ProcessLauncher:
                 failure = checked
             else:
                 hook_spec = checked
+        device_procs: list[Path] = []
         if failure is None and self.cgroups.enabled:
             try:
                 self.cgroups.create(cgroup, limits)
@@ -263,6 +271,8 @@ class ProcessLauncher:
                     f"Cannot create the job's cgroup: {err}",
                     at=0,
                 )
+            else:
+                device_procs = self.gpu_isolation.hide(cgroup, hide_devices)
         spec = LaunchSpec(
             job_id=job_id,
             slot=slot,
@@ -275,7 +285,7 @@ class ProcessLauncher:
             input=_in_scratch(runtime.input, scratch),
             output=_in_scratch(runtime.output, scratch),
             error=_in_scratch(runtime.error, scratch),
-            job_procs=[str(p) for p in self.cgroups.procs_files(cgroup)],
+            job_procs=[str(p) for p in (*self.cgroups.procs_files(cgroup), *device_procs)],
             supervisor_procs=[str(p) for p in self.cgroups.procs_files(SUPERVISORS)],
             peak_memory_file=_str_or_none(self.cgroups.peak_memory_file(cgroup)),
             oom_kills_file=_str_or_none(self.cgroups.oom_kills_file(cgroup)),
@@ -578,6 +588,7 @@ class ProcessLauncher:
                 with contextlib.suppress(CgroupError):
                     self.cgroups.thaw(handle.cgroup)
             self.cgroups.remove(handle.cgroup)
+            self.gpu_isolation.remove(handle.cgroup)
         shutil.rmtree(handle.directory, ignore_errors=True)
 
     def _signal_group(self, handle: JobHandle, sig: int) -> None:
