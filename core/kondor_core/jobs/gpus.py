@@ -264,9 +264,9 @@ def gpu_environment(slot: SlotGpus, settings: GpuSettings) -> dict[str, str]:
 
 def nvidia_visible_devices(slot: SlotGpus) -> str:
     """What a pod's container is given as NVIDIA_VISIBLE_DEVICES (the NVIDIA container
-    runtime's variable): the slot's full UUIDs, or `void` for a slot without GPUs, so the
-    runtime injects no GPU at all (`none` would still inject the driver's libraries)."""
-    return ID_SEPARATOR.join(slot.uuids or ()) or "void"
+    runtime's variable): the slot's full UUIDs, or `none` for a slot without GPUs (no GPU,
+    as the starter sets it)."""
+    return ID_SEPARATOR.join(slot.uuids or ()) or "none"
 
 
 def visible_mismatch(slot: SlotGpus, given: str | None) -> str | None:

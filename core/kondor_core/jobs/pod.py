@@ -11,6 +11,16 @@ follow the SlotPolicy's pod mode (KONDOR_POD_MODE, DESIGN.md):
   the kubelet admits the owner's pods beside it and node-pressure eviction takes it first:
   cycle scavenging on Kubernetes.
 
+GPUs (issue 37): the kubelet's device plugin would give a pod asking `nvidia.com/gpu: N` any N
+GPUs, not those the slot's AssignedGPUs names. So by default (KONDOR_GPU_POD_DEVICES =
+`visible-devices`) a pod on a slot whose GPUs are named by UUID asks the device plugin for
+none and gets them through the NVIDIA container runtime's NVIDIA_VISIBLE_DEVICES (the slot's
+full UUIDs), beside the starter's variables (`kondor_core.jobs.gpus.gpu_environment`:
+CUDA_VISIBLE_DEVICES, GPU_DEVICE_ORDINAL, _CONDOR_AssignedGPUs). `device-plugin` keeps the
+`nvidia.com/gpu` request, and so does a slot whose GPUs have no UUID (a machine description
+without DeviceUuid): then the plugin chooses, and the agent reports a choice that is not the
+slot's (`visible_mismatch`).
+
 Job pods have no probes: the job's exit is its health. The job and machine ads travel in
 the Pod itself, as its annotations `kondor.io/job-ad` and `kondor.io/machine-ad`, and a
 downwardAPI volume mounts them at /etc/kondor/.job.ad and /etc/kondor/.machine.ad, where
@@ -30,6 +40,13 @@ from collections.abc import Mapping
 from typing import Any
 
 from kondor_core.api import EXECUTION_POINT_LABEL, ExecutionJob
+from kondor_core.jobs.gpus import (
+    GpuSettings,
+    SlotGpus,
+    gpu_environment,
+    nvidia_visible_devices,
+    slot_gpus,
+)
 from kondor_core.jobs.podsecurity import DEFAULT_RUN_AS, harden
 
 #: Labels of a job's pod: the job's name and the claim it runs on.
@@ -53,6 +70,12 @@ HARVEST_PRIORITY = -100
 #: A harvest pod's requests: enough to be Burstable (never BestEffort), nothing to reserve.
 HARVEST_REQUESTS = {"cpu": "1m", "memory": "1Mi"}
 _PROBES = ("livenessProbe", "readinessProbe", "startupProbe")
+#: How a pod gets its slot's GPUs (KONDOR_GPU_POD_DEVICES).
+GPU_POD_DEVICES = "KONDOR_GPU_POD_DEVICES"
+VISIBLE_DEVICES = "visible-devices"
+DEVICE_PLUGIN = "device-plugin"
+GPU_RESOURCE = "nvidia.com/gpu"
+DEFAULT_GPU_SETTINGS = GpuSettings()
 
 
 def pod_mode(macros: Mapping[str, str]) -> tuple[str, str]:
@@ -61,6 +84,24 @@ def pod_mode(macros: Mapping[str, str]) -> tuple[str, str]:
     mode = macros.get("KONDOR_POD_MODE", DEDICATED).strip().lower() or DEDICATED
     priority_class = macros.get("KONDOR_HARVEST_PRIORITY_CLASS", "").strip()
     return mode, priority_class or HARVEST_PRIORITY_CLASS
+
+
+def gpu_pod_devices(macros: Mapping[str, str]) -> str:
+    """KONDOR_GPU_POD_DEVICES: `visible-devices` (the default) or `device-plugin`; another
+    value raises ValueError naming the knob, the value and what is allowed."""
+    upper = {name.upper(): value for name, value in macros.items()}
+    value = upper.get(GPU_POD_DEVICES, "").strip().lower() or VISIBLE_DEVICES
+    if value not in (VISIBLE_DEVICES, DEVICE_PLUGIN):
+        raise ValueError(
+            f"{GPU_POD_DEVICES} = {value!r}: must be {VISIBLE_DEVICES!r} or {DEVICE_PLUGIN!r}"
+        )
+    return value
+
+
+def uses_device_plugin(gpus: SlotGpus, gpu_devices: str) -> bool:
+    """Whether the pod asks the device plugin for its GPUs (`nvidia.com/gpu`): in
+    `device-plugin` mode, or where the slot's GPUs cannot be named by UUID."""
+    return gpu_devices == DEVICE_PLUGIN or not gpus.uuids
 
 
 def harvest_priority_class(name: str = HARVEST_PRIORITY_CLASS) -> dict[str, Any]:
@@ -117,12 +158,14 @@ def job_pod(
     mode: str = DEDICATED,
     priority_class: str = HARVEST_PRIORITY_CLASS,
     run_as: tuple[int, int] = DEFAULT_RUN_AS,
+    gpu_devices: str = VISIBLE_DEVICES,
+    gpu_settings: GpuSettings = DEFAULT_GPU_SETTINGS,
 ) -> dict[str, Any]:
     """The Pod for `job` on `node`'s slot whose published ad is `slot`, sized by `mode`,
     carrying the job's ads, hardened to Pod Security `restricted` where its template says
     nothing (`podsecurity.harden`: non-root as `run_as`, the uid and gid, no privilege
-    escalation, no capabilities, seccomp RuntimeDefault). Raises `AdsTooLargeError` when the
-    ads do not fit."""
+    escalation, no capabilities, seccomp RuntimeDefault), given the slot's GPUs as
+    `gpu_devices` says. Raises `AdsTooLargeError` when the ads do not fit."""
     assert job.spec.pod is not None
     template = copy.deepcopy(job.spec.pod.template)
     spec: dict[str, Any] = dict(template.get("spec") or {})
@@ -135,7 +178,10 @@ def job_pod(
         MACHINE_AD_ANNOTATION: machine_ad_text,
     }
     _check_size(metadata["annotations"])
+    gpus = slot_gpus(slot)
     limits = _resources(slot)
+    if not uses_device_plugin(gpus, gpu_devices):
+        limits.pop(GPU_RESOURCE, None)
     requests = dict(limits)
     if mode == HARVEST:
         requests = {**HARVEST_REQUESTS, **{k: v for k, v in limits.items() if "gpu" in k}}
@@ -145,6 +191,7 @@ def job_pod(
         {"name": "_CONDOR_JOB_AD", "value": f"{AD_MOUNT}/{JOB_AD_FILE}"},
         {"name": "_CONDOR_MACHINE_AD", "value": f"{AD_MOUNT}/{MACHINE_AD_FILE}"},
         {"name": "_CONDOR_SLOT", "value": str(slot.get("Name", ""))},
+        *({"name": k, "value": v} for k, v in _gpu_variables(gpus, gpu_settings).items()),
     ]
     containers = []
     for given_container in spec.get("containers") or []:
@@ -168,6 +215,15 @@ def job_pod(
         ]}},
     ]  # fmt: skip
     return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": harden(spec, run_as)}
+
+
+def _gpu_variables(gpus: SlotGpus, settings: GpuSettings) -> dict[str, str]:
+    """The starter's GPU variables; on a GPU machine NVIDIA_VISIBLE_DEVICES always, since an
+    image may carry its own (CUDA images say `all`)."""
+    env = gpu_environment(gpus, settings)
+    if gpus.has_gpus:
+        env["NVIDIA_VISIBLE_DEVICES"] = nvidia_visible_devices(gpus)
+    return env
 
 
 def with_job_ad(pod: Mapping[str, Any], job_ad_text: str) -> dict[str, Any]:
@@ -221,7 +277,7 @@ def _resources(slot: Mapping[str, Any]) -> dict[str, str]:
     out = {"cpu": str(_whole(slot.get("Cpus", 1))), "memory": f"{_whole(slot.get('Memory', 0))}Mi"}
     gpus = _whole(slot.get("GPUs", 0))
     if gpus:
-        out["nvidia.com/gpu"] = str(gpus)
+        out[GPU_RESOURCE] = str(gpus)
     return out
 
 

@@ -11,9 +11,12 @@ recorded answers under load (shared/reference/nvml/h100-usage-under-load.json).
 
 from __future__ import annotations
 
+from typing import Any
+
 import classad2
 import pytest
 
+from kondor_core.api import ExecutionJob
 from kondor_core.api.machine import Machine
 from kondor_core.config.effective import EffectivePolicy
 from kondor_core.jobs.gpus import (
@@ -38,6 +41,7 @@ from kondor_core.jobs.gpus import (
     slot_usage_attributes,
     visible_mismatch,
 )
+from kondor_core.jobs.pod import DEVICE_PLUGIN, VISIBLE_DEVICES, gpu_pod_devices, job_pod
 from kondor_core.slots import PartitionableSlot, carve, initial_slots, layout, slot_ads
 
 H100 = "GPU-f2bd270c-c66e-0c7c-504e-e9af63626b3c"  # the real card's NVML UUID
@@ -231,6 +235,18 @@ def four_gpu_machine() -> Machine:
     )
 
 
+def dynamic_ad(request_gpus: int) -> Any:
+    """The ad of the dynamic slot a job asking `request_gpus` gets on a fresh 4-GPU node."""
+    result = layout(four_gpu_machine(), EffectivePolicy())
+    (pslot,) = initial_slots(result)
+    assert isinstance(pslot, PartitionableSlot)
+    request: dict[str, int] = {"RequestCpus": 1, "RequestMemory": 512, "RequestDisk": 1024}
+    if request_gpus:
+        request["RequestGPUs"] = request_gpus
+    after, _ = carve(pslot, classad2.ClassAd(request))  # type: ignore[misc]
+    return next(ad for ad in slot_ads(result, [after]) if "_" in ad.name)
+
+
 def test_slot_ads_of_a_carved_slot_give_the_assigned_gpus_uuid() -> None:
     """A 1-GPU dynamic slot of a 4-GPU node: its ad (as the slot ads publish it, and as a
     ClassAd) names one GPU, whose property ad carries the full UUID."""
@@ -273,12 +289,58 @@ def test_a_slot_without_a_gpu_on_a_gpu_machine_gets_the_unassigned_value() -> No
 # -- pods -------------------------------------------------------------------------------
 
 
+def pod_for(slot: Any, **options: Any) -> dict[str, Any]:
+    made = ExecutionJob.model_validate(
+        {
+            "metadata": {"name": "train", "namespace": "ml", "uid": "u-1"},
+            "spec": {
+                "pod": {"template": {"spec": {"containers": [{"name": "main", "image": "cuda"}]}}}
+            },
+        }
+    )
+    return job_pod(made, "u-1#1", "gpu-node", slot, job_ad_text="", machine_ad_text="", **options)
+
+
+def env_of(pod: dict[str, Any]) -> dict[str, str]:
+    return {e["name"]: e["value"] for e in pod["spec"]["containers"][0]["env"]}
+
+
+def test_a_pod_on_a_1_gpu_slot_is_given_its_gpu_by_uuid_not_by_the_device_plugin() -> None:
+    slot = dynamic_ad(1).attributes
+    pod = pod_for(slot)
+    resources = pod["spec"]["containers"][0]["resources"]
+    assert (
+        "nvidia.com/gpu" not in resources["limits"]
+        and "nvidia.com/gpu" not in resources["requests"]
+    )
+    env = env_of(pod)
+    assert env["NVIDIA_VISIBLE_DEVICES"] == H100 == env["CUDA_VISIBLE_DEVICES"]
+    assert env["_CONDOR_AssignedGPUs"] == "GPU-f2bd270c" == env["GPU_DEVICE_ORDINAL"]
+    # device-plugin mode: the plugin is asked for one GPU (and the agent checks its choice)
+    plugin = pod_for(slot, gpu_devices=DEVICE_PLUGIN)
+    assert plugin["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] == "1"
+    assert env_of(plugin)["NVIDIA_VISIBLE_DEVICES"] == H100
+
+
+def test_a_pod_on_a_0_gpu_slot_of_a_gpu_node_sees_no_gpu() -> None:
+    env = env_of(pod_for(dynamic_ad(0).attributes))
+    assert env["NVIDIA_VISIBLE_DEVICES"] == "none"
+    assert env["CUDA_VISIBLE_DEVICES"] == "10000"
+
+
+def test_gpu_pod_devices_knob() -> None:
+    assert gpu_pod_devices({}) == VISIBLE_DEVICES
+    assert gpu_pod_devices({"kondor_gpu_pod_devices": "Device-Plugin"}) == DEVICE_PLUGIN
+    with pytest.raises(ValueError, match="KONDOR_GPU_POD_DEVICES = 'dra'"):
+        gpu_pod_devices({"KONDOR_GPU_POD_DEVICES": "dra"})
+
+
 def test_pod_visible_devices_and_mismatch() -> None:
     slot = SlotGpus(True, "GPU-f2bd270c", (H100,))
     assert nvidia_visible_devices(slot) == H100
-    assert nvidia_visible_devices(SlotGpus(True)) == "void"
+    assert nvidia_visible_devices(SlotGpus(True)) == "none"
     assert visible_mismatch(slot, H100) is None
-    assert visible_mismatch(SlotGpus(True), "void") is None
+    assert visible_mismatch(SlotGpus(True), "none") is None
     wrong = visible_mismatch(slot, OTHERS[0])
     assert wrong is not None and OTHERS[0] in wrong and H100 in wrong
     assert visible_mismatch(slot, "all") is not None
