@@ -28,7 +28,6 @@ host without touching anyone else's cgroups.
 from __future__ import annotations
 
 import contextlib
-import errno
 import os
 import signal
 import time
@@ -36,16 +35,22 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from kondor_agent.detect._cgroups import CgroupFS, CgroupVersion, parse_keyed
-from kondor_agent.detect._hostfs import DetectionError, HostFS
-from kondor_agent.execute.limits import (
-    CPU_PERIOD_US,
-    SHARES_PER_CPU,
-    CgroupLimits,
-    cpu_quota_us,
-    cpu_shares,
-    cpu_weight,
+from kondor_agent.detect._cgroups import CgroupFS, CgroupVersion
+from kondor_agent.detect._hostfs import HostFS
+from kondor_agent.execute.cgroup_files import (
+    CgroupError,
+    Hierarchy,
+    VersionFiles,
+    mkdir,
+    read,
+    rmdir,
+    write,
 )
+from kondor_agent.execute.cgroup_v1 import CgroupV1
+from kondor_agent.execute.cgroup_v2 import CgroupV2
+from kondor_agent.execute.limits import CgroupLimits
+
+__all__ = ["SUPERVISORS", "CgroupError", "CgroupUsage", "JobCgroups", "parse_self_cgroup"]
 
 #: The cgroup (under the root) that supervisors sit in: outside the agent's, without limits.
 SUPERVISORS = "supervisors"
@@ -56,12 +61,13 @@ SUPERVISORS = "supervisors"
 #: die with the agent's container and take its job along.
 _ESCAPED_V1 = ("devices", "freezer")
 
-#: A v1 memory limit at or above this reads as "unlimited".
-_V1_UNLIMITED = 1 << 62
+_V1 = CgroupV1()
+_V2 = CgroupV2()
 
 
-class CgroupError(Exception):
-    """A cgroup cannot be created, written or removed; the message names the file."""
+def _files(hierarchy: Hierarchy) -> VersionFiles:
+    """The control files of the hierarchy's cgroup version."""
+    return _V2 if hierarchy.v2 else _V1
 
 
 @dataclass(frozen=True)
@@ -74,40 +80,6 @@ class CgroupUsage:
     memory_bytes: int | None
     #: The processes in the cgroup now (HTCondor's NumPids).
     num_pids: int = 0
-
-
-@dataclass(frozen=True)
-class _Hierarchy:
-    """One mounted hierarchy: its local directory and where Kondor's root is inside it."""
-
-    base: Path
-    root: str
-    v2: bool
-
-    def dir(self, cgroup: str) -> Path:
-        inner = "/".join(part for part in (self.root.strip("/"), cgroup.strip("/")) if part)
-        return self.base / inner if inner else self.base
-
-    def file(self, cgroup: str, name: str) -> Path:
-        return self.dir(cgroup) / name
-
-
-def _write(path: Path, value: str) -> None:
-    try:
-        with open(path, "w") as f:
-            f.write(value)
-    except OSError as err:
-        reason = os.strerror(err.errno or 0)
-        raise CgroupError(f"{path}: cannot write {value!r} ({reason})") from None
-
-
-def _read(path: Path) -> str | None:
-    try:
-        return path.read_text()
-    except (FileNotFoundError, NotADirectoryError):
-        return None
-    except OSError as err:
-        raise CgroupError(f"{path}: cannot read it ({os.strerror(err.errno or 0)})") from None
 
 
 def parse_self_cgroup(text: str) -> dict[str, str]:
@@ -136,13 +108,13 @@ class JobCgroups:
         self,
         *,
         version: CgroupVersion,
-        memory: _Hierarchy | None,
-        cpu: _Hierarchy | None,
-        cpuacct: _Hierarchy | None,
-        freezer: _Hierarchy | None,
-        killer: _Hierarchy | None,
-        pids: _Hierarchy | None = None,
-        escaped: Sequence[_Hierarchy] = (),
+        memory: Hierarchy | None,
+        cpu: Hierarchy | None,
+        cpuacct: Hierarchy | None,
+        freezer: Hierarchy | None,
+        killer: Hierarchy | None,
+        pids: Hierarchy | None = None,
+        escaped: Sequence[Hierarchy] = (),
         kill: Callable[[int, int], None] = os.kill,
     ) -> None:
         self.version = version
@@ -154,7 +126,7 @@ class JobCgroups:
         self._pids = pids
         self._kill = kill
         found = [memory, cpu, cpuacct, freezer, killer, pids]
-        self._all: list[_Hierarchy] = []
+        self._all: list[Hierarchy] = []
         for hierarchy in found:
             if hierarchy is not None and all(h.base != hierarchy.base for h in self._all):
                 self._all.append(hierarchy)
@@ -200,13 +172,13 @@ class JobCgroups:
                 text = Path("/proc/self/cgroup").read_text()
             own = parse_self_cgroup(text)
 
-        def place(host_path: str, v2: bool, controller: str) -> _Hierarchy:
+        def place(host_path: str, v2: bool, controller: str) -> Hierarchy:
             inside = root
             if not root.startswith("/"):
                 inside = own.get("" if v2 else controller, "/").rstrip("/") + "/" + root
-            return _Hierarchy(base=HostFS(host_root).path(host_path), root=inside, v2=v2)
+            return Hierarchy(base=HostFS(host_root).path(host_path), root=inside, v2=v2)
 
-        def controller(name: str) -> _Hierarchy | None:
+        def controller(name: str) -> Hierarchy | None:
             where = fs.hierarchy(name)
             return None if where is None else place(where[0], where[1], name)
 
@@ -214,7 +186,7 @@ class JobCgroups:
         freezer = controller("freezer")
         killer = None
         if unified is not None:
-            _mkdir(unified.dir(""))
+            mkdir(unified.dir(""))
             # The kernel shows cgroup.freeze (5.2) and cgroup.kill (5.14) in non-root v2 cgroups.
             if unified.file("", "cgroup.freeze").exists():
                 freezer = unified
@@ -241,7 +213,7 @@ class JobCgroups:
     def describe(self) -> str:
         """Which mechanism does what, for the agent's startup log."""
 
-        def where(h: _Hierarchy | None) -> str:
+        def where(h: Hierarchy | None) -> str:
             if h is None:
                 return "none"
             return f"{'v2' if h.v2 else 'v1'}:{h.dir('')}"
@@ -280,7 +252,7 @@ class JobCgroups:
         memory = self._memory
         if memory is None:
             return False
-        return _has(memory, "memory.swap.max" if memory.v2 else "memory.memsw.limit_in_bytes")
+        return memory.has(_files(memory).swap_limit)
 
     # -- names -------------------------------------------------------------------------
 
@@ -298,7 +270,7 @@ class JobCgroups:
         """The `cgroup.procs` of `cgroup` in every hierarchy a member must join."""
         return [h.file(cgroup, "cgroup.procs") for h in self._hierarchies(cgroup)]
 
-    def _hierarchies(self, cgroup: str) -> list[_Hierarchy]:
+    def _hierarchies(self, cgroup: str) -> list[Hierarchy]:
         """Where `cgroup` exists: every hierarchy, and the escaped ones for the supervisors'."""
         return [*self._all, *self._escaped] if cgroup == SUPERVISORS else self._all
 
@@ -306,8 +278,7 @@ class JobCgroups:
         """The file holding the cgroup's peak memory in bytes, None when nothing records it."""
         if self._memory is None:
             return None
-        name = "memory.peak" if self._memory.v2 else "memory.max_usage_in_bytes"
-        return self._memory.file(cgroup, name)
+        return self._memory.file(cgroup, _files(self._memory).peak_memory)
 
     def kill_file(self, cgroup: str) -> Path | None:
         """v2's `cgroup.kill` of `cgroup` where the kernel has it (5.14), else None."""
@@ -318,8 +289,7 @@ class JobCgroups:
         memory.events on v2, memory.oom_control on v1; None without a memory controller."""
         if self._memory is None:
             return None
-        name = "memory.events" if self._memory.v2 else "memory.oom_control"
-        return self._memory.file(cgroup, name)
+        return self._memory.file(cgroup, _files(self._memory).oom_kills)
 
     # -- life cycle --------------------------------------------------------------------
 
@@ -328,11 +298,11 @@ class JobCgroups:
         for hierarchy in self._hierarchies(cgroup):
             if hierarchy.v2:
                 self._enable_controllers(hierarchy, cgroup)
-            _mkdir(hierarchy.dir(cgroup))
+            mkdir(hierarchy.dir(cgroup))
         if limits is not None:
             self.set_limits(cgroup, limits)
 
-    def _enable_controllers(self, hierarchy: _Hierarchy, cgroup: str) -> None:
+    def _enable_controllers(self, hierarchy: Hierarchy, cgroup: str) -> None:
         """v2 gives a cgroup a controller only when every ancestor enables it for its children."""
         wanted = [
             name
@@ -346,12 +316,12 @@ class JobCgroups:
         while parents[-1] != hierarchy.base and hierarchy.base in parents[-1].parents:
             parents.append(parents[-1].parent)
         for parent in reversed(parents):
-            _mkdir(parent)
+            mkdir(parent)
             control = parent / "cgroup.subtree_control"
-            enabled = (_read(control) or "").split()
+            enabled = (read(control) or "").split()
             missing = [name for name in wanted if name not in enabled]
             if missing:
-                _write(control, " ".join(f"+{name}" for name in missing))
+                write(control, " ".join(f"+{name}" for name in missing))
 
     def set_limits(self, cgroup: str, limits: CgroupLimits) -> None:
         """Write `limits` where the controller exists; a missing controller limits nothing.
@@ -361,78 +331,27 @@ class JobCgroups:
         memory goes first). No swap (swap_bytes 0) is v1's memsw limit equal to the hard
         limit, v2's memory.swap.max 0; where the kernel accounts no swap it is not written.
         """
-        memory = self._memory
-        if memory is not None:
-            if limits.memory_bytes is not None:
-                name = "memory.max" if memory.v2 else "memory.limit_in_bytes"
-                _write(memory.file(cgroup, name), str(limits.memory_bytes))
-            if limits.memory_soft_bytes is not None:
-                name = "memory.low" if memory.v2 else "memory.soft_limit_in_bytes"
-                _write(memory.file(cgroup, name), str(limits.memory_soft_bytes))
-            if limits.swap_bytes is not None and self.can_limit_swap:
-                if memory.v2:
-                    _write(memory.file(cgroup, "memory.swap.max"), str(limits.swap_bytes))
-                elif limits.memory_bytes is not None:
-                    total = limits.memory_bytes + limits.swap_bytes
-                    _write(memory.file(cgroup, "memory.memsw.limit_in_bytes"), str(total))
+        if self._memory is not None:
+            _files(self._memory).write_memory(
+                self._memory, cgroup, limits, swap=self.can_limit_swap
+            )
         if self._pids is not None and limits.pids_max is not None:
-            _write(self._pids.file(cgroup, "pids.max"), str(limits.pids_max))
-        cpu = self._cpu
-        if cpu is None:
-            return
-        if limits.cpu_weight_cpus is not None:
-            if cpu.v2:
-                _write(cpu.file(cgroup, "cpu.weight"), str(cpu_weight(limits.cpu_weight_cpus)))
-            else:
-                _write(cpu.file(cgroup, "cpu.shares"), str(cpu_shares(limits.cpu_weight_cpus)))
-        quota = None if limits.cpu_quota_cpus is None else cpu_quota_us(limits.cpu_quota_cpus)
-        if cpu.v2:
-            _write(cpu.file(cgroup, "cpu.max"), f"{quota or 'max'} {CPU_PERIOD_US}")
-        else:
-            _write(cpu.file(cgroup, "cpu.cfs_period_us"), str(CPU_PERIOD_US))
-            _write(cpu.file(cgroup, "cpu.cfs_quota_us"), str(quota or -1))
+            write(self._pids.file(cgroup, "pids.max"), str(limits.pids_max))
+        if self._cpu is not None:
+            _files(self._cpu).write_cpu(self._cpu, cgroup, limits)
 
     def limits(self, cgroup: str) -> CgroupLimits:
         """The limits written on `cgroup` (what the kernel reports back)."""
         memory_bytes = soft = swap = pids_max = None
-        memory = self._memory
-        if memory is not None:
-            memory_bytes = _bytes(
-                memory.file(cgroup, "memory.max" if memory.v2 else "memory.limit_in_bytes")
-            )
-            # v2's memory.low is 0 when unset; v1's soft limit reads as "unlimited".
-            soft = (
-                _bytes(
-                    memory.file(cgroup, "memory.low" if memory.v2 else "memory.soft_limit_in_bytes")
-                )
-                or None
-            )
-            if memory.v2:
-                swap = _bytes(memory.file(cgroup, "memory.swap.max"))
-            else:
-                memsw = _bytes(memory.file(cgroup, "memory.memsw.limit_in_bytes"))
-                if memsw is not None and memory_bytes is not None:
-                    swap = memsw - memory_bytes
+        if self._memory is not None:
+            memory = _files(self._memory).read_memory(self._memory, cgroup)
+            memory_bytes, soft, swap = memory.memory_bytes, memory.soft_bytes, memory.swap_bytes
         if self._pids is not None:
-            text = (_read(self._pids.file(cgroup, "pids.max")) or "max").strip()
+            text = (read(self._pids.file(cgroup, "pids.max")) or "max").strip()
             pids_max = None if text == "max" else int(text)
         weight = quota = None
         if self._cpu is not None:
-            if self._cpu.v2:
-                w = _read(self._cpu.file(cgroup, "cpu.weight"))
-                weight = None if w is None else int(w) / 100
-                fields = (_read(self._cpu.file(cgroup, "cpu.max")) or "max").split()
-                if fields[0] != "max":
-                    period = int(fields[1]) if len(fields) > 1 else CPU_PERIOD_US
-                    quota = int(fields[0]) / period
-            else:
-                s = _read(self._cpu.file(cgroup, "cpu.shares"))
-                weight = None if s is None else int(s) / SHARES_PER_CPU
-                q = int((_read(self._cpu.file(cgroup, "cpu.cfs_quota_us")) or "-1").strip())
-                if q > 0:
-                    period_text = _read(self._cpu.file(cgroup, "cpu.cfs_period_us"))
-                    period = int(period_text or CPU_PERIOD_US)
-                    quota = q / period
+            weight, quota = _files(self._cpu).read_cpu(self._cpu, cgroup)
         return CgroupLimits(
             memory_bytes=memory_bytes,
             memory_soft_bytes=soft,
@@ -445,13 +364,13 @@ class JobCgroups:
     def add(self, cgroup: str, pid: int) -> None:
         """Move process `pid` into `cgroup` in every hierarchy."""
         for path in self.procs_files(cgroup):
-            _write(path, str(pid))
+            write(path, str(pid))
 
     def pids(self, cgroup: str) -> list[int]:
         """The processes in `cgroup` (the union over hierarchies; empty when it does not exist)."""
         found: set[int] = set()
         for path in self.procs_files(cgroup):
-            text = _read(path) or ""
+            text = read(path) or ""
             found.update(int(word) for word in text.split())
         return sorted(found)
 
@@ -462,7 +381,7 @@ class JobCgroups:
         """Remove `cgroup` (empty of processes) from every hierarchy; absent is fine."""
         for hierarchy in self._hierarchies(cgroup):
             try:
-                _rmdir(hierarchy.dir(cgroup))
+                rmdir(hierarchy.dir(cgroup))
             except CgroupError as err:
                 raise CgroupError(f"{err}; processes left: {self.pids(cgroup)}") from None
 
@@ -474,42 +393,32 @@ class JobCgroups:
                 continue
             inner = [p for p in top.rglob("*") if p.is_dir()]
             for path in [*sorted(inner, key=lambda p: len(p.parts), reverse=True), top]:
-                _rmdir(path)
+                rmdir(path)
 
     # -- control -----------------------------------------------------------------------
 
     def freeze(self, cgroup: str) -> None:
         """Stop every process in `cgroup` (condor_suspend); CgroupError without a freezer."""
         hierarchy = self._need_freezer()
-        if hierarchy.v2:
-            _write(hierarchy.file(cgroup, "cgroup.freeze"), "1")
-        else:
-            _write(hierarchy.file(cgroup, "freezer.state"), "FROZEN")
+        _files(hierarchy).set_frozen(hierarchy, cgroup, True)
 
     def thaw(self, cgroup: str) -> None:
         """Let `cgroup`'s processes run again (condor_continue)."""
         hierarchy = self._need_freezer()
-        if hierarchy.v2:
-            _write(hierarchy.file(cgroup, "cgroup.freeze"), "0")
-        else:
-            _write(hierarchy.file(cgroup, "freezer.state"), "THAWED")
+        _files(hierarchy).set_frozen(hierarchy, cgroup, False)
 
     def frozen(self, cgroup: str) -> bool:
         """Whether the kernel has finished freezing `cgroup` (not merely asked to)."""
         hierarchy = self._need_freezer()
-        if hierarchy.v2:
-            path = hierarchy.file(cgroup, "cgroup.events")
-            events = _keyed(_read(path) or "", path)
-            return events.get("frozen") == 1
-        return (_read(hierarchy.file(cgroup, "freezer.state")) or "").strip() == "FROZEN"
+        return _files(hierarchy).frozen(hierarchy, cgroup)
 
     def freeze_file(self, cgroup: str) -> Path:
         """The kernel's own control file that freezes `cgroup`: v2 `cgroup.freeze` ("1"/"0"),
         else v1 `freezer.state` ("FROZEN"/"THAWED"); for benchmarks beside `freeze`."""
         hierarchy = self._need_freezer()
-        return hierarchy.file(cgroup, "cgroup.freeze" if hierarchy.v2 else "freezer.state")
+        return _files(hierarchy).freeze_file(hierarchy, cgroup)
 
-    def _need_freezer(self) -> _Hierarchy:
+    def _need_freezer(self) -> Hierarchy:
         if self._freezer is None:
             raise CgroupError("no freezer: neither cgroup v2 cgroup.freeze nor the v1 freezer")
         return self._freezer
@@ -517,7 +426,7 @@ class JobCgroups:
     def kill(self, cgroup: str) -> None:
         """SIGKILL every process in `cgroup`, however it forked (HTCondor's hard kill)."""
         if self._killer is not None:
-            _write(self._killer.file(cgroup, "cgroup.kill"), "1")
+            write(self._killer.file(cgroup, "cgroup.kill"), "1")
             return
         # Frozen, nothing can fork between reading the list and the signals.
         frozen = self._freezer is not None and self.exists(cgroup)
@@ -542,29 +451,14 @@ class JobCgroups:
     def usage(self, cgroup: str) -> CgroupUsage:
         """CPU time and memory accounted to `cgroup` (and its descendants)."""
         user = system = None
-        acct = self._cpuacct
-        if acct is not None:
-            if acct.v2:
-                text = _read(acct.file(cgroup, "cpu.stat"))
-                if text is not None:
-                    stat = _keyed(text, acct.file(cgroup, "cpu.stat"))
-                    if "user_usec" in stat:
-                        user = stat["user_usec"] / 1e6
-                    if "system_usec" in stat:
-                        system = stat["system_usec"] / 1e6
-            else:
-                u = _read(acct.file(cgroup, "cpuacct.usage_user"))
-                s = _read(acct.file(cgroup, "cpuacct.usage_sys"))
-                user = None if u is None else int(u) / 1e9
-                system = None if s is None else int(s) / 1e9
+        if self._cpuacct is not None:
+            user, system = _files(self._cpuacct).cpu_seconds(self._cpuacct, cgroup)
         peak = current = None
         if self._memory is not None:
             peak_file = self.peak_memory_file(cgroup)
-            text = None if peak_file is None else _read(peak_file)
+            text = None if peak_file is None else read(peak_file)
             peak = None if text is None else int(text)
-            name = "memory.current" if self._memory.v2 else "memory.usage_in_bytes"
-            text = _read(self._memory.file(cgroup, name))
-            current = None if text is None else int(text)
+            current = _files(self._memory).memory_bytes(self._memory, cgroup)
         return CgroupUsage(
             user_cpu_seconds=user,
             sys_cpu_seconds=system,
@@ -572,54 +466,3 @@ class JobCgroups:
             memory_bytes=current,
             num_pids=len(self.pids(cgroup)),
         )
-
-
-def _has(hierarchy: _Hierarchy, name: str) -> bool:
-    """Whether the kernel shows control file `name` in this hierarchy (in Kondor's root, or at
-    the hierarchy's top, where v1 shows every file its children get)."""
-    return hierarchy.file("", name).exists() or (hierarchy.base / name).exists()
-
-
-def _bytes(path: Path) -> int | None:
-    """A memory limit file's value; None for "max", unset, or v1's "unlimited"."""
-    text = (_read(path) or "max").strip()
-    if text == "max" or int(text) >= _V1_UNLIMITED:
-        return None
-    return int(text)
-
-
-def _keyed(text: str, path: Path) -> dict[str, int]:
-    try:
-        return parse_keyed(text, what=str(path))
-    except DetectionError as err:
-        raise CgroupError(str(err)) from None
-
-
-def _mkdir(path: Path) -> None:
-    try:
-        path.mkdir(parents=True, exist_ok=True)
-    except OSError as err:
-        raise CgroupError(f"{path}: cannot create it ({os.strerror(err.errno or 0)})") from None
-
-
-def _rmdir(path: Path) -> None:
-    try:
-        path.rmdir()
-    except FileNotFoundError:
-        return
-    except OSError as err:
-        # The kernel's control files vanish with rmdir (a busy cgroup is EBUSY), so
-        # ENOTEMPTY means an ordinary directory of recorded files: a test's tree.
-        if err.errno == errno.ENOTEMPTY:
-            _remove_tree(path)
-            return
-        raise CgroupError(f"{path}: cannot remove it ({os.strerror(err.errno or 0)})") from None
-
-
-def _remove_tree(path: Path) -> None:
-    for child in sorted(path.rglob("*"), key=lambda p: len(p.parts), reverse=True):
-        if child.is_dir():
-            child.rmdir()
-        else:
-            child.unlink()
-    path.rmdir()
