@@ -27,9 +27,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from kubernetes import client
-from kubernetes.client.exceptions import ApiException
-
 from kondor_agent.jobs import JobRunner, RuntimeLaunchers
 from kondor_agent.kube import (
     ConflictError,
@@ -47,13 +44,15 @@ from kondor_core.api import (
     EXECUTION_JOBS,
     EXECUTION_POINT_LABEL,
     EXECUTION_POINTS,
-    GROUP,
-    MERGE_PATCH,
-    VERSION,
     Machine,
     SlotPolicySpec,
 )
 from kondor_core.config import EffectivePolicy, compile_policy
+from kondor_kube import paths
+from kondor_kube.client import Client, Query
+from kondor_kube.errors import ConflictError as ApiConflictError
+from kondor_kube.errors import KubeError
+from kondor_kube.errors import NotFoundError as ApiNotFoundError
 
 log = logging.getLogger("kondor_agent")
 
@@ -343,22 +342,15 @@ class NodeJobs:
         return [copy.deepcopy(dict(job)) for job in self.routed.of(self.node)]
 
     def patch_job_status(self, namespace: str, name: str, patch: Mapping[str, Any]) -> None:
+        path = paths.kondor(EXECUTION_JOBS, name, namespace=namespace, subresource="status")
         try:
-            self.api.objects.patch_namespaced_custom_object_status(
-                GROUP,
-                VERSION,
-                namespace,
-                EXECUTION_JOBS,
-                name,
-                dict(patch),
-                _content_type=MERGE_PATCH,
-            )
-        except ApiException as error:
-            if error.status == 404:
-                raise NotFoundError(f"executionjob {namespace}/{name} does not exist") from None
-            if error.status == 409:
-                raise ConflictError(f"executionjob {namespace}/{name} changed meanwhile") from None
-            raise WriteError(f"{error.status} {error.reason}: {error.body}") from None
+            self.api.client.merge_patch(path, patch)
+        except ApiNotFoundError:
+            raise NotFoundError(f"executionjob {namespace}/{name} does not exist") from None
+        except ApiConflictError:
+            raise ConflictError(f"executionjob {namespace}/{name} changed meanwhile") from None
+        except KubeError as error:
+            raise WriteError(str(error)) from None
 
 
 class FleetPodLauncher(PodLauncher):
@@ -391,15 +383,17 @@ class FleetPodLauncher(PodLauncher):
 
 def start_watch(
     routed: Routed,
-    list_objects: Callable[..., Any],
-    selector: Mapping[str, str],
+    client: Client,
+    path: str,
+    query: Query,
+    *,
     stop: threading.Event,
     what: str,
 ) -> threading.Thread:
-    """`informer` on a daemon thread, feeding `routed`."""
+    """`informer` of the objects at `path` on a daemon thread, feeding `routed`."""
     thread = threading.Thread(
         target=informer,
-        args=(list_objects, selector),
+        args=(client, path, query),
         kwargs={
             "listed": routed.listed,
             "changed": routed.changed,
@@ -473,25 +467,13 @@ class FleetProcess:
 
         self.policies.on_change = wake_all
         self.policies.follow(self.api, self.stop)
-        objects, core = self.api.objects, client.CoreV1Api(self.api.api_client)
-        selector = {"label_selector": EXECUTION_POINT_LABEL}
-
-        def list_eps(**options: Any) -> Any:
-            return objects.list_cluster_custom_object(GROUP, VERSION, EXECUTION_POINTS, **options)
-
-        def list_jobs(**options: Any) -> Any:
-            return objects.list_cluster_custom_object(GROUP, VERSION, EXECUTION_JOBS, **options)
-
-        def list_pods(**options: Any) -> Any:
-            found = core.list_pod_for_all_namespaces(**options)
-            if options.get("watch"):
-                return found
-            return self.api.api_client.sanitize_for_serialization(found)  # type: ignore[no-untyped-call]
-
-        start_watch(self.execution_points, list_eps, {}, self.stop, "executionpoints")
-        matched = {"field_selector": "status.executionPoint!="}
-        start_watch(self.jobs, list_jobs, matched, self.stop, "executionjobs")
-        start_watch(self.pods, list_pods, selector, self.stop, "job pods")
+        api = self.api.client
+        pods = [("labelSelector", EXECUTION_POINT_LABEL)]
+        matched = [("fieldSelector", "status.executionPoint!=")]
+        eps, jobs = paths.kondor(EXECUTION_POINTS), paths.kondor(EXECUTION_JOBS)
+        start_watch(self.execution_points, api, eps, (), stop=self.stop, what="executionpoints")
+        start_watch(self.jobs, api, jobs, matched, stop=self.stop, what="executionjobs")
+        start_watch(self.pods, api, paths.core("pods"), pods, stop=self.stop, what="job pods")
 
     def synced(self) -> bool:
         watches = (self.execution_points, self.jobs, self.pods, self.policies)

@@ -31,6 +31,10 @@ from kondor_core.api.backfill import BackfillSpec
 from kondor_core.jobs.podsecurity import DEFAULT_RUN_AS, harden
 from kondor_core.jobs.runas import AccountError, slot_user_ids
 from kondor_core.policy import BackfillExited, BackfillStarted, Event
+from kondor_kube import managers, paths
+from kondor_kube.client import Client
+from kondor_kube.config import ApiClient
+from kondor_kube.errors import ConflictError, NotFoundError
 
 log = logging.getLogger(__name__)
 
@@ -304,50 +308,40 @@ def _safe(slot: str) -> str:
 
 
 class KubeBackfillPods:
-    """BackfillPods through the kubernetes client (the agent may create, read and delete
-    pods in any namespace, as it does for pod jobs)."""
+    """BackfillPods through `kondor_kube` (the agent may create, read and delete pods in any
+    namespace, as it does for pod jobs), writing as the agent's field manager."""
 
-    def __init__(self, api_client: Any) -> None:
-        from kubernetes import client  # noqa: PLC0415
-
-        self.core = client.CoreV1Api(api_client)
+    def __init__(self, api_client: ApiClient) -> None:
+        self.client = Client(api_client, field_manager=managers.AGENT)
 
     def create(self, namespace: str, manifest: dict[str, Any]) -> None:
-        from kubernetes.client.exceptions import ApiException  # noqa: PLC0415
-
-        try:
-            self.core.create_namespaced_pod(namespace, manifest)  # type: ignore[arg-type]
-        except ApiException as error:
-            if error.status != 409:  # an earlier one of the same name: it is the client
-                raise
+        # An earlier one of the same name (409) is the client.
+        with contextlib.suppress(ConflictError):
+            self.client.create(paths.core("pods", namespace=namespace), manifest)
 
     def phase(self, namespace: str, name: str) -> str | None:
-        from kubernetes.client.exceptions import ApiException  # noqa: PLC0415
-
-        try:
-            pod = self.core.read_namespaced_pod(name, namespace)
-        except ApiException as error:
-            if error.status == 404:
-                return None
-            raise
-        if pod.metadata is not None and pod.metadata.deletion_timestamp is not None:
+        pod = self.client.read(paths.core("pods", name, namespace=namespace))
+        if pod is None:
+            return None
+        if (pod.get("metadata") or {}).get("deletionTimestamp") is not None:
             return None  # being deleted: the client is gone as far as the slot goes
-        return str(pod.status.phase) if pod.status is not None else "Pending"
+        status = pod.get("status")
+        return str(status.get("phase")) if status is not None else "Pending"
 
     def delete(self, namespace: str, name: str) -> None:
-        from kubernetes.client.exceptions import ApiException  # noqa: PLC0415
-
-        try:
-            self.core.delete_namespaced_pod(name, namespace, grace_period_seconds=0)
-        except ApiException as error:
-            if error.status != 404:
-                raise
+        with contextlib.suppress(NotFoundError):
+            self.client.delete(
+                paths.core("pods", name, namespace=namespace),
+                query=[("gracePeriodSeconds", "0")],
+            )
 
     def delete_all(self, node: str) -> int:
-        found = self.core.list_pod_for_all_namespaces(
-            label_selector=f"{BACKFILL_NODE_LABEL}={_label(node)}"
+        found, _ = self.client.list(
+            paths.core("pods"),
+            query=[("labelSelector", f"{BACKFILL_NODE_LABEL}={_label(node)}")],
         )
-        for pod in found.items:
-            if pod.metadata is not None and pod.metadata.name and pod.metadata.namespace:
-                self.delete(pod.metadata.namespace, pod.metadata.name)
-        return len(found.items)
+        for pod in found:
+            metadata = pod.get("metadata") or {}
+            if metadata.get("name") and metadata.get("namespace"):
+                self.delete(metadata["namespace"], metadata["name"])
+        return len(found)

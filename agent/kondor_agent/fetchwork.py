@@ -43,7 +43,7 @@ import httpx
 from kondor_agent.cron import RefusedExecutableError, resolve_hook
 from kondor_agent.execute.hookrun import HookRun, run_hook
 from kondor_core import startd
-from kondor_core.api import ExecutionJob
+from kondor_core.api import API_VERSION, EXECUTION_JOBS, ExecutionJob
 from kondor_core.classads import ExpressionError, parse_ad
 from kondor_core.jobs import job_ad, job_id
 from kondor_core.jobs.fetchwork import (
@@ -65,6 +65,10 @@ from kondor_core.jobs.fetchwork import (
     reply_input,
 )
 from kondor_core.jobs.hooks import HookSettingsError, hook_timeout
+from kondor_kube import managers, paths
+from kondor_kube.client import Client
+from kondor_kube.config import ApiClient
+from kondor_kube.events import EVENTS_NAMESPACE, event_body
 
 log = logging.getLogger("kondor_agent.fetchwork")
 
@@ -86,53 +90,34 @@ class FetchAPI(Protocol):
 
 
 class KubernetesFetchAPI:
-    """FetchAPI over the `kubernetes` client the agent already has."""
+    """FetchAPI over `kondor_kube`, on the connection the agent already has, writing as the
+    agent's field manager."""
 
-    def __init__(self, api_client: Any) -> None:
-        from kubernetes import client  # noqa: PLC0415 (only the publishing agent needs it)
-
-        self._client = client
-        self.objects = client.CustomObjectsApi(api_client)
-        self.core = client.CoreV1Api(api_client)
+    def __init__(self, api_client: ApiClient) -> None:
+        self.client = Client(api_client, field_manager=managers.AGENT)
 
     def create_job(self, manifest: Mapping[str, Any]) -> None:
         namespace = manifest["metadata"]["namespace"]
-        self.objects.create_namespaced_custom_object(
-            "kondor.io", "v1alpha1", namespace, "executionjobs", dict(manifest)
-        )
+        self.client.create(paths.kondor(EXECUTION_JOBS, namespace=namespace), manifest)
 
     def remove_job(self, namespace: str, name: str) -> None:
-        self.objects.patch_namespaced_custom_object(
-            "kondor.io",
-            "v1alpha1",
-            namespace,
-            "executionjobs",
-            name,
-            {"spec": {"remove": True}},
-            _content_type="application/merge-patch+json",
-        )
+        path = paths.kondor(EXECUTION_JOBS, name, namespace=namespace)
+        self.client.merge_patch(path, {"spec": {"remove": True}})
 
     def post_event(self, node: str, uid: str | None, reason: str, message: str) -> None:
-        now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-        involved = {"apiVersion": "kondor.io/v1alpha1", "kind": "ExecutionPoint", "name": node}
+        involved = {"apiVersion": API_VERSION, "kind": "ExecutionPoint", "name": node}
         if uid:
             involved["uid"] = uid
-        body = {
-            "metadata": {"generateName": f"{node}."},
-            "involvedObject": involved,
-            "type": "Warning",
-            "reason": reason,
-            "message": message[:1024],
-            "firstTimestamp": now,
-            "lastTimestamp": now,
-            "count": 1,
-            "source": {"component": "kondor-agent", "host": node},
-            "reportingComponent": "kondor-agent",
-            "reportingInstance": node,
-        }
-        event = self._client.CoreV1Event.from_dict(body)
-        assert event is not None  # from_dict of a dict
-        self.core.create_namespaced_event("default", event)
+        body = event_body(
+            involved,
+            type_="Warning",
+            reason=reason,
+            message=message,
+            component="kondor-agent",
+            instance=node,
+            host=node,
+        )
+        self.client.create(paths.core("events", namespace=EVENTS_NAMESPACE), body)
 
 
 @dataclass

@@ -1,30 +1,26 @@
 """The agent's only door to the API server: read its ExecutionPoint and SlotPolicy, patch the
-ExecutionPoint's status. The loop takes any object with these methods, so tests use a fake."""
+ExecutionPoint's status, watch what concerns its node. The loop takes any object with these
+methods, so tests use a fake. Requests, watches and errors are `kondor_kube`'s; every write
+names the agent's field manager (`kondor-agent`)."""
 
 from __future__ import annotations
 
 import copy
-import json
 import logging
-import os
 import threading
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any, Protocol, cast
+from typing import Any, Protocol
 
-from kubernetes import client, config, watch
-from kubernetes.client.exceptions import ApiException
-
-from kondor_core.api import (
-    EXECUTION_JOBS,
-    EXECUTION_POINTS,
-    GROUP,
-    MERGE_PATCH,
-    SLOT_POLICIES,
-    VERSION,
-    kube_config_source,
-)
+from kondor_core.api import EXECUTION_JOBS, EXECUTION_POINTS, SLOT_POLICIES
 from kondor_core.fleet import policy_verdict
+from kondor_kube import managers, paths
+from kondor_kube.client import Client, Query
+from kondor_kube.config import ApiClient, load
+from kondor_kube.errors import ConflictError as ApiConflictError
+from kondor_kube.errors import KubeError
+from kondor_kube.errors import NotFoundError as ApiNotFoundError
+from kondor_kube.reflector import ListWatch
 
 log = logging.getLogger("kondor_agent")
 
@@ -54,11 +50,11 @@ class ExecutionPointAPI(Protocol):
 
 
 class KubernetesAPI:
-    """ExecutionPointAPI over the `kubernetes` client."""
+    """ExecutionPointAPI over `kondor_kube`, writing as the `kondor-agent` field manager."""
 
-    def __init__(self, api_client: client.ApiClient) -> None:
+    def __init__(self, api_client: ApiClient) -> None:
         self.api_client = api_client
-        self.objects = client.CustomObjectsApi(api_client)
+        self.client = Client(api_client, field_manager=managers.AGENT)
 
     @classmethod
     def connect(
@@ -68,49 +64,16 @@ class KubernetesAPI:
         *,
         connections: int | None = None,
     ) -> KubernetesAPI:
-        """The client's configuration from where `kondor_core.api.kube_config_source` says:
-        `--kubeconfig`, else $KUBECONFIG, else the pod's ServiceAccount, else ~/.kube/config,
-        with `--context`. The `kubernetes` client reads and merges the kubeconfig files.
-        `connections` sizes the connection pool (urllib3's default, 10, otherwise): it is
-        read when the client is made, so it is set here."""
-        source = kube_config_source(kubeconfig, context, os.environ)
-        configuration = client.Configuration()
-        if connections is not None:
-            configuration.connection_pool_maxsize = connections
-        if source.in_cluster:
-            try:
-                config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
-                return cls(client.ApiClient(configuration))
-            except config.ConfigException:
-                pass  # not in a pod
-        config.load_kube_config(  # type: ignore[no-untyped-call]
-            config_file=source.config_file,
-            context=source.context,
-            client_configuration=configuration,
-        )
-        return cls(client.ApiClient(configuration))
+        """Connected as `kondor_kube.config.load` finds the API server: `--kubeconfig`, else
+        $KUBECONFIG, else the pod's ServiceAccount, else ~/.kube/config, with `--context`.
+        `connections` sizes the connection pool (urllib3's default, 10, otherwise)."""
+        return cls(load(kubeconfig, context, connections=connections).api_client())
 
     def _get(self, plural: str, name: str, *, cached: bool = False) -> dict[str, Any] | None:
         """The object, or None. `cached`: as the API server's watch cache holds it
         (resourceVersion=0), without a quorum read from etcd; for readers that check what
         they got is new enough."""
-        request = self.api_client.param_serialize(
-            "GET",
-            f"/apis/{GROUP}/{VERSION}/{plural}/{name}",
-            query_params=[("resourceVersion", "0")] if cached else [],
-            header_params={"Accept": "application/json"},
-            auth_settings=["BearerToken"],
-        )
-        try:
-            response = self.api_client.call_api(*request, _request_timeout=60)
-            if not 200 <= response.status <= 299:
-                raise ApiException(http_resp=response.response)
-            found = json.loads(response.response.data)
-        except ApiException as error:
-            if error.status == 404:
-                return None
-            raise
-        return dict(cast("Mapping[str, Any]", found))
+        return self.client.read(paths.kondor(plural, name), cached=cached)
 
     def read_execution_point(self, name: str) -> dict[str, Any] | None:
         return self._get(EXECUTION_POINTS, name)
@@ -121,30 +84,45 @@ class KubernetesAPI:
         found = self._get(SLOT_POLICIES, name, cached=True)
         return found if found is not None else self._get(SLOT_POLICIES, name)
 
-    def list_slot_policies(self, **options: Any) -> Any:
-        """A list or watch of every SlotPolicy (`informer`'s `list_objects`)."""
-        return self.objects.list_cluster_custom_object(GROUP, VERSION, SLOT_POLICIES, **options)
-
     def read_node(self, name: str) -> dict[str, Any] | None:
         """The Node (labels and allocatable feed host detection), as plain JSON."""
-        try:
-            node = client.CoreV1Api(self.api_client).read_node(name)
-        except ApiException as error:
-            if error.status == 404:
-                return None
-            raise
-        plain = self.api_client.sanitize_for_serialization(node)  # type: ignore[no-untyped-call]
-        return dict(cast("Mapping[str, Any]", plain))
+        return self.client.read(paths.core("nodes", name))
 
     def patch_status(self, name: str, patch: Mapping[str, Any]) -> None:
         try:
-            self.objects.patch_cluster_custom_object_status(
-                GROUP, VERSION, EXECUTION_POINTS, name, dict(patch), _content_type=MERGE_PATCH
+            self.client.merge_patch(
+                paths.kondor(EXECUTION_POINTS, name, subresource="status"), patch
             )
-        except ApiException as error:
-            if error.status == 404:
-                raise NotFoundError(f"executionpoint {name} does not exist") from None
-            raise WriteError(f"{error.status} {error.reason}: {error.body}") from None
+        except ApiNotFoundError:
+            raise NotFoundError(f"executionpoint {name} does not exist") from None
+        except KubeError as error:
+            raise WriteError(str(error)) from None
+
+
+class PodApi:
+    """The Pods the agent makes (pod jobs), through `kondor_kube`, as the agent's field
+    manager; reads and lists as plain JSON. Errors are `kondor_kube.errors`'."""
+
+    def __init__(self, api_client: ApiClient) -> None:
+        self.client = Client(api_client, field_manager=managers.AGENT)
+
+    def create(self, namespace: str, body: Mapping[str, Any]) -> None:
+        """Create the Pod; ConflictError when one of its name exists."""
+        self.client.create(paths.core("pods", namespace=namespace), body)
+
+    def read(self, namespace: str, name: str) -> dict[str, Any] | None:
+        """The Pod, or None when there is none."""
+        return self.client.read(paths.core("pods", name, namespace=namespace))
+
+    def delete(self, namespace: str, name: str, grace_seconds: int | None) -> None:
+        """Delete the Pod (`grace_seconds`: its termination grace, the Pod's own if None);
+        NotFoundError when it is gone."""
+        query = [("gracePeriodSeconds", str(grace_seconds))] if grace_seconds is not None else []
+        self.client.delete(paths.core("pods", name, namespace=namespace), query=query)
+
+    def list(self, label_selector: str) -> list[dict[str, Any]]:
+        """The Pods of every namespace that `label_selector` picks."""
+        return self.client.list(paths.core("pods"), query=[("labelSelector", label_selector)])[0]
 
 
 class SlotPolicies:
@@ -200,7 +178,7 @@ class SlotPolicies:
         """Watch every SlotPolicy until `stop`, on a daemon thread of its own."""
         threading.Thread(
             target=informer,
-            args=(api.list_slot_policies, {}),
+            args=(api.client, paths.kondor(SLOT_POLICIES), ()),
             kwargs={
                 "listed": self.listed,
                 "changed": self.changed,
@@ -290,10 +268,9 @@ class WatchedExecutionPoint:
             self.synced = False
 
         informer(
-            lambda **kw: self.api.objects.list_cluster_custom_object(
-                GROUP, VERSION, EXECUTION_POINTS, **kw
-            ),
-            {"field_selector": f"metadata.name={self.name}"},
+            self.api.client,
+            paths.kondor(EXECUTION_POINTS),
+            [("fieldSelector", f"metadata.name={self.name}")],
             listed=listed,
             changed=changed,
             lost=lost,
@@ -349,23 +326,16 @@ class WatchedNodeObjects:
         """Merge-patch an object's status subresource; raise NotFoundError, ConflictError
         (the patch names a `metadata.resourceVersion` the object no longer has) or
         WriteError."""
+        path = paths.kondor(self.plural, name, namespace=namespace, subresource="status")
+        kind = self.plural.removesuffix("s")
         try:
-            self.api.objects.patch_namespaced_custom_object_status(
-                GROUP,
-                VERSION,
-                namespace,
-                self.plural,
-                name,
-                dict(patch),
-                _content_type=MERGE_PATCH,
-            )
-        except ApiException as error:
-            kind = self.plural.removesuffix("s")
-            if error.status == 404:
-                raise NotFoundError(f"{kind} {namespace}/{name} does not exist") from None
-            if error.status == 409:
-                raise ConflictError(f"{kind} {namespace}/{name} changed meanwhile") from None
-            raise WriteError(f"{error.status} {error.reason}: {error.body}") from None
+            self.api.client.merge_patch(path, patch)
+        except ApiNotFoundError:
+            raise NotFoundError(f"{kind} {namespace}/{name} does not exist") from None
+        except ApiConflictError:
+            raise ConflictError(f"{kind} {namespace}/{name} changed meanwhile") from None
+        except KubeError as error:
+            raise WriteError(str(error)) from None
 
     def _run(self) -> None:
         def listed(items: list[Mapping[str, Any]]) -> None:
@@ -383,10 +353,9 @@ class WatchedNodeObjects:
             self._changed()
 
         informer(
-            lambda **kw: self.api.objects.list_cluster_custom_object(
-                GROUP, VERSION, self.plural, **kw
-            ),
-            self.selector,
+            self.api.client,
+            paths.kondor(self.plural),
+            selector_query(self.selector),
             listed=listed,
             changed=changed,
             lost=lambda: None,
@@ -429,9 +398,16 @@ def _uid(found: Mapping[str, Any]) -> str:
     return str(meta.get("uid") or f"{meta.get('namespace')}/{meta.get('name')}")
 
 
+def selector_query(selector: Mapping[str, str]) -> Query:
+    """A list's `label_selector` / `field_selector` as the API's query parameters."""
+    names = {"label_selector": "labelSelector", "field_selector": "fieldSelector"}
+    return [(names.get(key, key), value) for key, value in selector.items()]
+
+
 def informer(
-    list_objects: Callable[..., Any],
-    selector: Mapping[str, str],
+    client: Client,
+    path: str,
+    query: Query,
     *,
     listed: Callable[[list[Mapping[str, Any]]], None],
     changed: Callable[[str, Mapping[str, Any]], None],
@@ -440,34 +416,21 @@ def informer(
     what: str,
     timeout_seconds: int,
 ) -> None:
-    """List, then watch from the list's resourceVersion, until `stop`; a dropped or expired
-    watch lists again after a growing pause (client-go's informer, for a few objects)."""
-    backoff = 1.0
-    while not stop.is_set():
-        try:
-            listing = cast("Mapping[str, Any]", list_objects(**selector))
-            listed([item for item in listing.get("items") or [] if isinstance(item, Mapping)])
-            version = str((listing.get("metadata") or {}).get("resourceVersion") or "")
-            stream = watch.Watch()  # type: ignore[no-untyped-call]
-            for event in stream.stream(  # type: ignore[no-untyped-call]
-                list_objects,
-                **selector,
-                resource_version=version,
-                timeout_seconds=timeout_seconds,
-            ):
-                if stop.is_set():
-                    stream.stop()  # type: ignore[no-untyped-call]
-                    break
-                # `raw_object` is the plain JSON, also for typed lists (pods).
-                kind, found = event.get("type"), event.get("raw_object", event.get("object"))
-                if kind in ("ADDED", "MODIFIED", "DELETED") and isinstance(found, Mapping):
-                    changed(str(kind), found)
-            backoff = 1.0
-        except Exception as err:  # a dropped or expired watch: list and watch again
-            lost()
-            log.info("watch of %s ended (%s); listing again", what, err)
-            stop.wait(backoff)
-            backoff = min(backoff * 2, 30.0)
+    """List the objects at `path` (`query`: a selector), then watch from the list's
+    resourceVersion, until `stop`: `kondor_kube.reflector.ListWatch` (bookmarks, a watch the
+    server ends resumed from the last version, 410 lists again, errors back off). `listed`
+    after each listing, `changed` for each change, `lost` when the objects are to be listed
+    again."""
+    ListWatch(
+        client,
+        path,
+        query=query,
+        on_listed=lambda items: listed(list(items)),
+        on_event=changed,
+        on_lost=lost,
+        kind=what,
+        timeout_seconds=timeout_seconds,
+    ).run(stop)
 
 
 def _name_of(found: Mapping[str, Any]) -> str:

@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import json
 import logging
 import os
 import pwd
@@ -45,12 +44,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from kubernetes import client
-from kubernetes.client.exceptions import ApiException
-
 from kondor_agent.execute.jobdir import OUT_OF_MEMORY
 from kondor_agent.jobs import Outcome
-from kondor_agent.kube import KubernetesAPI, informer
+from kondor_agent.kube import KubernetesAPI, PodApi, informer
 from kondor_agent.runtimes import pod_cgroup
 from kondor_agent.runtimes.pod_hooks import (
     FAILED_TO_CREATE_PROCESS,
@@ -80,6 +76,8 @@ from kondor_core.jobs.podsecurity import (
 )
 from kondor_core.jobs.runas import Account, AccountError, RunAsSettings, run_as
 from kondor_core.slots import SlotAd
+from kondor_kube import paths
+from kondor_kube.errors import ApiError, ConflictError, NotFoundError
 
 log = logging.getLogger("kondor_agent.runtimes.pod")
 #: The API server's answers to a Pod create that hold the job rather than retry: Forbidden
@@ -108,7 +106,7 @@ class PodLauncher:
         hooks_dir: Path | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
-        self.core = client.CoreV1Api(api.api_client)
+        self.core = PodApi(api.api_client)
         self.hooks_dir = hooks_dir
         self.clock = clock
         self._macros: Mapping[str, str] = {}
@@ -209,7 +207,7 @@ class PodLauncher:
         if hooks is None:
             try:
                 self._create(namespace, pod)
-            except ApiException as error:
+            except ApiError as error:
                 if error.status not in REFUSED_CREATES:
                     raise
                 # The API server refused the Pod itself: the namespace's Pod Security
@@ -279,11 +277,8 @@ class PodLauncher:
 
     def _create(self, namespace: str, pod: dict[str, Any]) -> None:
         """The job's one write before its exit: its ads travel in the Pod."""
-        try:
-            self.core.create_namespaced_pod(namespace, pod)  # type: ignore[arg-type]
-        except ApiException as error:
-            if error.status != 409:  # already there: a restarted agent re-launching
-                raise
+        with contextlib.suppress(ConflictError):  # already there: a restarted agent re-launching
+            self.core.create(namespace, pod)
 
     def _launch_hooked(
         self,
@@ -550,13 +545,9 @@ class PodLauncher:
         namespace, name = _pod_of(execution.directory)
         if not name or namespace != (job.metadata.namespace or "default"):
             return None
-        try:
-            found = self.core.read_namespaced_pod(name, namespace)
-        except ApiException as error:
-            if error.status == 404:
-                return None
-            raise
-        pod = self.api.api_client.sanitize_for_serialization(found)  # type: ignore[no-untyped-call]
+        pod = self.core.read(namespace, name)
+        if pod is None:
+            return None
         labels = (pod.get("metadata") or {}).get("labels") or {}
         if labels.get(EXECUTION_POINT_LABEL) != self.node or pod["metadata"].get(
             "deletionTimestamp"
@@ -571,12 +562,12 @@ class PodLauncher:
 
     def clear(self) -> int:
         """Delete the job pods of this node still running that were not taken back."""
-        found = self._list(label_selector=f"{EXECUTION_POINT_LABEL}={self.node}")
+        found = self.core.list(f"{EXECUTION_POINT_LABEL}={self.node}")
         with self._lock:
             adopted = set(self._adopted)
         running = [
             _key(pod)
-            for pod in found.get("items") or []
+            for pod in found
             if (pod.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
             and _key(pod) not in adopted
         ]
@@ -586,13 +577,8 @@ class PodLauncher:
 
     def _delete(self, handle: PodHandle, grace: int | None) -> None:
         self._thaw(handle)  # deleting a frozen pod hangs until it is thawed
-        try:
-            self.core.delete_namespaced_pod(
-                handle.name, handle.namespace, grace_period_seconds=grace
-            )
-        except ApiException as error:
-            if error.status != 404:
-                raise
+        with contextlib.suppress(NotFoundError):
+            self.core.delete(handle.namespace, handle.name, grace)
         with self._lock:  # gone: its end is the kill's
             self._pods[(handle.namespace, handle.name)] = {"status": {"phase": "Failed"}}
 
@@ -612,8 +598,9 @@ class PodLauncher:
                     self._pods[_key(found)] = found
 
         informer(
-            self._list,
-            {"label_selector": f"{EXECUTION_POINT_LABEL}={self.node}"},
+            self.core.client,
+            paths.core("pods"),
+            [("labelSelector", f"{EXECUTION_POINT_LABEL}={self.node}")],
             listed=listed,
             changed=changed,
             lost=lambda: None,
@@ -622,21 +609,10 @@ class PodLauncher:
             timeout_seconds=300,
         )
 
-    def _list(self, **options: Any) -> Any:
-        """Pods as plain JSON for the list; the watch takes the raw call."""
-        found = self.core.list_pod_for_all_namespaces(**options)
-        if options.get("watch"):
-            return found
-        return self.api.api_client.sanitize_for_serialization(found)  # type: ignore[no-untyped-call]
 
-
-def _api_message(error: ApiException) -> str:
-    """The API server's own message of a refusal (its Status), else the reason."""
-    with contextlib.suppress(ValueError, TypeError, AttributeError):
-        message = json.loads(error.body or "").get("message")
-        if message:
-            return str(message)
-    return f"{error.status} {error.reason}"
+def _api_message(error: ApiError) -> str:
+    """The API server's own message of a refusal (its Status), else the status and reason."""
+    return error.message or f"{error.status} {error.reason}"
 
 
 def _key(pod: Mapping[str, Any]) -> tuple[str, str]:

@@ -1,11 +1,11 @@
 """The pod launcher's actions on a pod's cgroup (kondor_agent.runtimes.pod): freeze for suspend, the
 KillSig to the containers' processes for soft kill, thaw before every deletion, SIGKILL of what
 is left after a hard kill, and an OOM kill held with code 34. The cgroup tree is a recorded v1
-layout with a real process's pid in it; the API is a fake that records deletions."""
+layout with a real process's pid in it; the API is a fake that records deletions (the
+launcher's PodApi: kondor_agent.kube, over kondor_kube, whose errors it raises)."""
 
 from __future__ import annotations
 
-import json
 import pwd
 import signal
 import subprocess
@@ -17,8 +17,6 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from kubernetes import client
-from kubernetes.client.exceptions import ApiException
 
 from kondor_agent.jobs import Outcome
 from kondor_agent.runtimes import pod_cgroup
@@ -27,6 +25,7 @@ from kondor_agent.runtimes.pod_hooks import exit_status
 from kondor_core.api import ExecutionJob, JobExecution
 from kondor_core.classads import parse_ad
 from kondor_core.slots import SlotAd
+from kondor_kube.errors import ForbiddenError
 
 UID = "11111111-2222-3333-4444-555555555555"
 HANDLE = PodHandle("default", "job-1", "slot1_1@n0", 128)
@@ -37,9 +36,9 @@ class FakeCore:
         self.freezer = freezer
         self.deleted: list[tuple[str, int | None, str]] = []
 
-    def delete_namespaced_pod(self, name: str, namespace: str, grace_period_seconds: Any) -> None:
+    def delete(self, namespace: str, name: str, grace_seconds: int | None) -> None:
         state = (self.freezer / "freezer.state").read_text().strip()
-        self.deleted.append((name, grace_period_seconds, state))
+        self.deleted.append((name, grace_seconds, state))
 
 
 @pytest.fixture
@@ -63,7 +62,7 @@ def launcher(tmp_path: Path, pid: int) -> tuple[PodLauncher, FakeCore]:
         (directory / "cgroup.procs").write_text(f"{pid}\n")
     freezer = tmp_path / "freezer" / relative
     (freezer / "freezer.state").write_text("THAWED\n")
-    api = SimpleNamespace(api_client=client.ApiClient())
+    api = SimpleNamespace(api_client=None)  # the fake PodApi below takes the calls
     made = PodLauncher(api, "n0", cgroup_root=tmp_path)  # type: ignore[arg-type]
     made._pods = {
         ("default", "job-1"): {
@@ -142,11 +141,12 @@ class FakeReads(FakeCore):
         super().__init__(freezer)
         self.pods = pods
 
-    def read_namespaced_pod(self, name: str, namespace: str) -> dict[str, Any]:
-        if name not in self.pods:
-            raise ApiException(status=404)
-        found: dict[str, Any] = self.pods[name]
+    def read(self, namespace: str, name: str) -> dict[str, Any] | None:
+        found: dict[str, Any] | None = self.pods.get(name)
         return found
+
+    def list(self, label_selector: str) -> list[dict[str, Any]]:
+        return list(self.pods.values())
 
 
 def adopting(tmp_path: Path, pods: dict[str, Any]) -> PodLauncher:
@@ -185,8 +185,6 @@ def test_a_restarted_agent_takes_back_its_running_pod_and_clear_spares_it(
     pods = adopting(tmp_path, {"job-1": job_pod()})
     handle = pods.adopt(JOB, execution("pod/default/job-1"))
     assert handle == PodHandle("default", "job-1", "slot1_1@n0", 128)
-    listed = {"items": [job_pod()]}
-    pods._list = lambda **_options: listed  # type: ignore[method-assign]
     assert pods.clear() == 0  # taken back: not deleted
 
 
@@ -237,10 +235,10 @@ class FakeCreates:
         self.created: list[tuple[str, dict[str, Any]]] = []
         self.deleted: list[str] = []
 
-    def create_namespaced_pod(self, namespace: str, body: dict[str, Any]) -> None:
+    def create(self, namespace: str, body: dict[str, Any]) -> None:
         self.created.append(("Pod", body))
 
-    def delete_namespaced_pod(self, name: str, namespace: str, grace_period_seconds: Any) -> None:
+    def delete(self, namespace: str, name: str, grace_seconds: int | None) -> None:
         self.deleted.append(name)
 
 
@@ -254,7 +252,7 @@ def hook(hooks_dir: Path, name: str, body: str) -> str:
 def hooked(tmp_path: Path, **knobs: str) -> tuple[PodLauncher, FakeCreates, Path]:
     hooks_dir = tmp_path / "hooks"
     hooks_dir.mkdir(exist_ok=True)
-    api = SimpleNamespace(api_client=client.ApiClient())
+    api = SimpleNamespace(api_client=None)  # the fake PodApi below takes the calls
     made = PodLauncher(api, "n0", cgroup_root=tmp_path / "cgroup", hooks_dir=hooks_dir)  # type: ignore[arg-type]
     made.configure({"STARTER_INITIAL_UPDATE_INTERVAL": "0.2", "STARTER_UPDATE_INTERVAL": "0.3",
                     **{f"POD_HOOK_{hook}": value for hook, value in knobs.items()}})  # fmt: skip
@@ -595,15 +593,14 @@ def test_a_pod_the_nodes_policy_allows_is_created_as_asked(tmp_path: Path) -> No
 
 
 class RefusingCreates(FakeCreates):
-    def create_namespaced_pod(self, namespace: str, body: dict[str, Any]) -> None:
-        error = ApiException(status=403, reason="Forbidden")
-        error.body = json.dumps({
-            "kind": "Status",
-            "message": 'pods "secure-x" is forbidden: violates PodSecurity "restricted:latest": '
-            "seccompProfile (pod or container \"main\" must set securityContext.seccompProfile"
+    def create(self, namespace: str, body: dict[str, Any]) -> None:
+        raise ForbiddenError(
+            403,
+            "Forbidden",
+            'pods "secure-x" is forbidden: violates PodSecurity "restricted:latest": '
+            'seccompProfile (pod or container "main" must set securityContext.seccompProfile'
             '.type to "RuntimeDefault" or "Localhost")',
-        })  # fmt: skip
-        raise error
+        )
 
 
 def test_a_pod_the_api_server_refuses_holds_the_job_with_its_message(tmp_path: Path) -> None:
