@@ -132,6 +132,85 @@ def online_cpus(host: HostFS) -> int:
     return count
 
 
+def _cpus(
+    host: HostFS,
+    cgroups: CgroupFS,
+    group: str,
+    *,
+    allocated: Mapping[str, Decimal],
+    held: Mapping[str, Decimal],
+    notes: list[str],
+) -> int:
+    """Whole cores, never more than the kubelet would accept."""
+    cpuset = cgroups.cpuset(group)
+    cpu_bound, listed = smallest(
+        {
+            "online": online_cpus(host),
+            "cpuset": len(cpuset) if cpuset is not None else None,
+            "quota": cgroups.cpu_limit(group),
+            "allocatable": allocated.get("cpu"),
+        }
+    )
+    cpus = math.floor(cpu_bound - held.get("cpu", Decimal(0)))
+    notes.append(f"cpus {cpus}: smallest of {listed}; reserved {_show(held.get('cpu'))}")
+    if cpus < 1:
+        raise DetectionError(
+            f"cpus: no whole core is left for jobs ({listed}; reserved {_show(held.get('cpu'))})"
+        )
+    return cpus
+
+
+def _memory_mib(
+    meminfo: Mapping[str, int],
+    cgroups: CgroupFS,
+    group: str,
+    *,
+    allocated: Mapping[str, Decimal],
+    held: Mapping[str, Decimal],
+    notes: list[str],
+) -> int:
+    """MiB of memory: the smallest of MemTotal, the cgroup's limit and allocatable."""
+    if "MemTotal" not in meminfo:
+        raise DetectionError("/proc/meminfo: no MemTotal line")
+    memory_bound, listed = smallest(
+        {
+            "MemTotal": meminfo["MemTotal"],
+            "cgroup": cgroups.memory_limit(group),
+            "allocatable": allocated.get("memory"),
+        }
+    )
+    memory_mib = math.floor((memory_bound - held.get("memory", Decimal(0))) / MIB)
+    notes.append(
+        f"memory {memory_mib} MiB: smallest of {listed} bytes; reserved {_show(held.get('memory'))}"
+    )
+    if memory_mib < 1:
+        raise DetectionError(f"memory: nothing is left for jobs ({listed} bytes)")
+    return memory_mib
+
+
+def _disk_kib(
+    execute: str,
+    statvfs: Statvfs,
+    *,
+    allocated: Mapping[str, Decimal],
+    held: Mapping[str, Decimal],
+    notes: list[str],
+) -> int:
+    """KiB free in the execute directory's file system, at most allocatable's."""
+    try:
+        fs = statvfs(execute)
+    except OSError as err:
+        raise DetectionError(
+            f"execute directory {execute}: cannot measure its file system ({err.strerror or err})"
+        ) from None
+    disk_bound, listed = smallest(
+        {"free": fs.f_bavail * fs.f_frsize, "allocatable": allocated.get("ephemeral-storage")}
+    )
+    disk_kib = max(0, math.floor((disk_bound - held.get("ephemeral-storage", Decimal(0))) / 1024))
+    notes.append(f"disk {disk_kib} KiB: smallest of {listed} bytes ({execute})")
+    return disk_kib
+
+
 def detect(
     host: HostFS,
     *,
@@ -168,53 +247,10 @@ def detect(
         )
     group = cgroup or cgroups.kubepods() or "/"
     notes = [f"cgroups {cgroups.version.value}, limits of {group}"]
-
-    # CPUs: whole cores, never more than the kubelet would accept.
-    cpuset = cgroups.cpuset(group)
-    cpu_bound, listed = smallest(
-        {
-            "online": online_cpus(host),
-            "cpuset": len(cpuset) if cpuset is not None else None,
-            "quota": cgroups.cpu_limit(group),
-            "allocatable": allocated.get("cpu"),
-        }
-    )
-    cpus = math.floor(cpu_bound - held.get("cpu", Decimal(0)))
-    notes.append(f"cpus {cpus}: smallest of {listed}; reserved {_show(held.get('cpu'))}")
-    if cpus < 1:
-        raise DetectionError(
-            f"cpus: no whole core is left for jobs ({listed}; reserved {_show(held.get('cpu'))})"
-        )
-
+    cpus = _cpus(host, cgroups, group, allocated=allocated, held=held, notes=notes)
     meminfo = parse_meminfo(host.read_text("/proc/meminfo"))
-    if "MemTotal" not in meminfo:
-        raise DetectionError("/proc/meminfo: no MemTotal line")
-    memory_bound, listed = smallest(
-        {
-            "MemTotal": meminfo["MemTotal"],
-            "cgroup": cgroups.memory_limit(group),
-            "allocatable": allocated.get("memory"),
-        }
-    )
-    memory_mib = math.floor((memory_bound - held.get("memory", Decimal(0))) / MIB)
-    notes.append(
-        f"memory {memory_mib} MiB: smallest of {listed} bytes; reserved {_show(held.get('memory'))}"
-    )
-    if memory_mib < 1:
-        raise DetectionError(f"memory: nothing is left for jobs ({listed} bytes)")
-
-    execute = str(execute_dir)
-    try:
-        fs = statvfs(execute)
-    except OSError as err:
-        raise DetectionError(
-            f"execute directory {execute}: cannot measure its file system ({err.strerror or err})"
-        ) from None
-    disk_bound, listed = smallest(
-        {"free": fs.f_bavail * fs.f_frsize, "allocatable": allocated.get("ephemeral-storage")}
-    )
-    disk_kib = max(0, math.floor((disk_bound - held.get("ephemeral-storage", Decimal(0))) / 1024))
-    notes.append(f"disk {disk_kib} KiB: smallest of {listed} bytes ({execute})")
+    memory_mib = _memory_mib(meminfo, cgroups, group, allocated=allocated, held=held, notes=notes)
+    disk_kib = _disk_kib(str(execute_dir), statvfs, allocated=allocated, held=held, notes=notes)
 
     swap_mib = meminfo.get("SwapTotal", 0) // MIB
     gpus = discover_gpus(nvml if nvml is not None else default_nvml())
