@@ -203,109 +203,153 @@ def plan_defrag(
     Candidates of equal DEFRAG_RANK are taken least recently drained first (`drained_before`:
     node -> when this controller last drained it), then by name, where condor_defrag
     shuffles them: the same spread over the pool, and the same answer every time."""
-    last = drained_before or {}
-    problems: list[str] = []
-    nodes = [
-        ep
-        for ep in sorted(execution_points, key=lambda ep: ep.metadata.name)
-        if ep.status is not None
-        and ep.status.operator.heartbeat == "Fresh"
-        and not ep.metadata.deletion_timestamp
-    ]
-    pslots = {ep.metadata.name: _partitionable_ads(ep, now) for ep in nodes}
-
-    def holds(expression: str, name: str, field: str) -> bool:
-        return any(_is_true(expression, ad, field, problems) for ad in pslots[name])
-
-    cancel_expr = settings.cancel_requirements or settings.whole_machine_expr
-    finished = tuple(ep.metadata.name for ep in nodes if by_defrag(ep) and not is_draining(ep))
-    cancel = tuple(
-        ep.metadata.name
-        for ep in nodes
-        if by_defrag(ep)
-        and is_draining(ep)
-        and holds(cancel_expr, ep.metadata.name, "DEFRAG_CANCEL_REQUIREMENTS")
-    )
-
-    def nothing(why: str, draining: int = 0, whole: int = 0, wanted: int = 0) -> DefragPlan:
-        return DefragPlan(
-            cancel=cancel,
-            finished=finished,
-            draining=draining,
-            whole=whole,
-            wanted=wanted,
-            why=why,
-            problems=tuple(problems),
-        )
-
+    poll = _Poll.of(settings, execution_points, now)
     rate = drain_rate(settings.draining_machines_per_hour, settings.interval)
+    why = _switched_off(settings)
+    if why is not None:
+        return poll.plan(why)
+    wanted = machines_to_drain(rate, previous, now, settings.interval)
+    if wanted <= 0:
+        return poll.plan("Doing nothing, because draining rate has already been achieved.")
+    # A drain cancelled or cleared in this poll no longer counts as draining.
+    draining = sum(
+        1 for ep in poll.nodes if is_draining(ep) and ep.metadata.name not in poll.cancel
+    )
+    whole = poll.whole()
+    why = _at_a_limit(settings, draining, len(whole))
+    if why is not None:
+        return poll.plan(why, draining, len(whole), wanted)
+    limit = settings.max_concurrent_draining
+    if limit >= 0:
+        wanted = min(wanted, limit - draining)
+    chosen = poll.choose(whole, wanted, drained_before or {})
+    why = f"Drained {len(chosen)} machines (wanted to drain {wanted} machines)."
+    return poll.plan(why, draining, len(whole), wanted, drain=chosen)
+
+
+def _switched_off(settings: DefragSpec) -> str | None:
+    """Why condor_defrag drains nothing whatever the pool is (a rate or a limit of 0)."""
     if settings.interval <= 0 or math.ceil(settings.draining_machines_per_hour) <= 0:
-        return nothing(
+        return (
             f"Doing nothing, because DEFRAG_DRAINING_MACHINES_PER_HOUR="
             f"{settings.draining_machines_per_hour:g}"
         )
     if settings.max_concurrent_draining == 0:
-        return nothing("Doing nothing, because DEFRAG_MAX_CONCURRENT_DRAINING=0")
+        return "Doing nothing, because DEFRAG_MAX_CONCURRENT_DRAINING=0"
     if settings.max_whole_machines == 0:
-        return nothing("Doing nothing, because DEFRAG_MAX_WHOLE_MACHINES=0")
-    wanted = machines_to_drain(rate, previous, now, settings.interval)
-    if wanted <= 0:
-        return nothing("Doing nothing, because draining rate has already been achieved.")
-    # A drain cancelled or cleared in this poll no longer counts as draining.
-    draining = sum(1 for ep in nodes if is_draining(ep) and ep.metadata.name not in cancel)
-    whole = {
-        ep.metadata.name
-        for ep in nodes
-        if holds(settings.whole_machine_expr, ep.metadata.name, "DEFRAG_WHOLE_MACHINE_EXPR")
-    }
+        return "Doing nothing, because DEFRAG_MAX_WHOLE_MACHINES=0"
+    return None
+
+
+def _at_a_limit(settings: DefragSpec, draining: int, whole: int) -> str | None:
+    """Why this poll drains nothing: enough machines draining, or enough whole ones."""
     limit = settings.max_concurrent_draining
     if limit >= 0 and draining >= limit:
-        return nothing(
+        return (
             f"Doing nothing, because DEFRAG_MAX_CONCURRENT_DRAINING={limit} and there are "
-            f"{draining} draining machines.",
-            draining,
-            len(whole),
-            wanted,
+            f"{draining} draining machines."
         )
-    if settings.max_whole_machines >= 0 and len(whole) >= settings.max_whole_machines:
-        return nothing(
+    if settings.max_whole_machines >= 0 and whole >= settings.max_whole_machines:
+        return (
             f"Doing nothing, because DEFRAG_MAX_WHOLE_MACHINES={settings.max_whole_machines} "
-            f"and there are {len(whole)} whole machines.",
-            draining,
-            len(whole),
-            wanted,
+            f"and there are {whole} whole machines."
         )
-    if limit >= 0:
-        wanted = min(wanted, limit - draining)
-    candidates = [
-        ep
-        for ep in nodes
-        if pslots[ep.metadata.name]
-        and not is_draining(ep)
-        and ep.metadata.name not in whole
-        and (
-            settings.requirements is None
-            or holds(settings.requirements, ep.metadata.name, "DEFRAG_REQUIREMENTS")
+    return None
+
+
+@dataclass
+class _Poll:
+    """One poll's nodes (those reporting), their partitionable slot ads, the drains it
+    cancels or clears, and the problems met evaluating the DEFRAG_* expressions."""
+
+    settings: DefragSpec
+    nodes: list[ExecutionPoint]
+    pslots: dict[str, list[Any]]
+    problems: list[str] = field(default_factory=list)
+    cancel: tuple[str, ...] = ()
+    finished: tuple[str, ...] = ()
+
+    @classmethod
+    def of(
+        cls, settings: DefragSpec, execution_points: Sequence[ExecutionPoint], now: float
+    ) -> _Poll:
+        nodes = [
+            ep
+            for ep in sorted(execution_points, key=lambda ep: ep.metadata.name)
+            if ep.status is not None
+            and ep.status.operator.heartbeat == "Fresh"
+            and not ep.metadata.deletion_timestamp
+        ]
+        poll = cls(settings, nodes, {ep.metadata.name: _partitionable_ads(ep, now) for ep in nodes})
+        cancel_expr = settings.cancel_requirements or settings.whole_machine_expr
+        poll.finished = tuple(
+            ep.metadata.name for ep in nodes if by_defrag(ep) and not is_draining(ep)
         )
-    ]
-    ranked = sorted(
-        candidates,
-        key=lambda ep: (
-            -_rank(settings.rank, pslots[ep.metadata.name], problems),
-            last.get(ep.metadata.name, -math.inf),
-        ),
-    )
-    chosen = tuple(ep.metadata.name for ep in ranked[:wanted])
-    return DefragPlan(
-        drain=chosen,
-        cancel=cancel,
-        finished=finished,
-        draining=draining,
-        whole=len(whole),
-        wanted=wanted,
-        why=f"Drained {len(chosen)} machines (wanted to drain {wanted} machines).",
-        problems=tuple(problems),
-    )
+        poll.cancel = tuple(
+            ep.metadata.name
+            for ep in nodes
+            if by_defrag(ep)
+            and is_draining(ep)
+            and poll.holds(cancel_expr, ep.metadata.name, "DEFRAG_CANCEL_REQUIREMENTS")
+        )
+        return poll
+
+    def holds(self, expression: str, name: str, field: str) -> bool:
+        """Whether the expression is TRUE for one of the node's partitionable slots."""
+        return any(_is_true(expression, ad, field, self.problems) for ad in self.pslots[name])
+
+    def whole(self) -> set[str]:
+        """The nodes DEFRAG_WHOLE_MACHINE_EXPR counts as whole."""
+        expression = self.settings.whole_machine_expr
+        return {
+            ep.metadata.name
+            for ep in self.nodes
+            if self.holds(expression, ep.metadata.name, "DEFRAG_WHOLE_MACHINE_EXPR")
+        }
+
+    def choose(self, whole: set[str], wanted: int, last: Mapping[str, float]) -> tuple[str, ...]:
+        """The `wanted` best candidates: not draining, not whole, meeting DEFRAG_REQUIREMENTS;
+        by DEFRAG_RANK, then least recently drained, then by name."""
+        requirements = self.settings.requirements
+        candidates = [
+            ep
+            for ep in self.nodes
+            if self.pslots[ep.metadata.name]
+            and not is_draining(ep)
+            and ep.metadata.name not in whole
+            and (
+                requirements is None
+                or self.holds(requirements, ep.metadata.name, "DEFRAG_REQUIREMENTS")
+            )
+        ]
+        ranked = sorted(
+            candidates,
+            key=lambda ep: (
+                -_rank(self.settings.rank, self.pslots[ep.metadata.name], self.problems),
+                last.get(ep.metadata.name, -math.inf),
+            ),
+        )
+        return tuple(ep.metadata.name for ep in ranked[:wanted])
+
+    def plan(
+        self,
+        why: str,
+        draining: int = 0,
+        whole: int = 0,
+        wanted: int = 0,
+        drain: tuple[str, ...] = (),
+    ) -> DefragPlan:
+        """The poll's plan: its drains, cancels and cleared drains, and why."""
+        return DefragPlan(
+            drain=drain,
+            cancel=self.cancel,
+            finished=self.finished,
+            draining=draining,
+            whole=whole,
+            wanted=wanted,
+            why=why,
+            problems=tuple(self.problems),
+        )
 
 
 def drain_request(settings: DefragSpec, now_text: str) -> dict[str, Any]:

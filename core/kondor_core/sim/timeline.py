@@ -106,28 +106,9 @@ def run_timeline(
     interval (POLLING_INTERVAL of the policy unless given)."""
     agent = agent or SimulatedAgent()
     interval = polling_interval if polling_interval is not None else policy.polling_interval
-    if not interval > 0 or not math.isfinite(interval):
-        raise EngineError(f"pollingInterval must be a positive number, not {interval}")
-    if not math.isfinite(until - start) or (until - start) / interval > MAX_TICKS:
-        raise EngineError(
-            f"a timeline from {start} to {until} every {interval} s is more than {MAX_TICKS} "
-            "ticks; shorten it or poll less often"
-        )
     ordered = list(steps)
-    for previous, current in itertools.pairwise(ordered):
-        if current.at < previous.at:
-            raise EngineError(
-                f"timeline steps go back in time: a step at {current.at} follows one at "
-                f"{previous.at}; list steps in time order"
-            )
-    for item in ordered:
-        if item.at < start or item.at > until:
-            raise EngineError(f"a step at {item.at} is outside the timeline [{start}, {until}]")
-
-    facts: dict[str, Fact] = {}
-    set_at: dict[str, float] = {}
-    slot_facts: dict[str, dict[str, Fact]] = {}
-    slot_set_at: dict[str, dict[str, float]] = {}
+    _check_timeline(ordered, start, until, interval)
+    known = _KnownFacts()
     transitions: list[Transition] = []
     actions: list[tuple[float, Action]] = []
     due: list[tuple[float, str, Event]] = []  # agent answers: (time, slot, event)
@@ -143,47 +124,24 @@ def run_timeline(
         while index < len(ordered) and ordered[index].at <= now:
             item = ordered[index]
             index += 1
-            for key, value in item.facts.items():
-                facts[key] = value
-                set_at[key] = item.at
-            for name, values in item.slot_facts.items():
-                for key, value in values.items():
-                    slot_facts.setdefault(name, {})[key] = value
-                    slot_set_at.setdefault(name, {})[key] = item.at
+            known.apply(item)
             machine_events.extend(item.events)
-            for name, slot_evs in item.slot_events.items():
-                for event in slot_evs:
-                    events.setdefault(name, []).append(event)
-                    if agent.release_claim_after_exit and isinstance(event, JobExited):
-                        events[name].append(ReleaseClaim())
+            _add_slot_events(events, item, agent)
         present = {s.name for s in machine.slots}
         if agent.alive_interval is not None and now - last_alive >= agent.alive_interval:
             last_alive = now
-            for slot in machine.slots:
-                if slot.claim is not None:
-                    events.setdefault(slot.name, []).insert(0, LeaseRenewed())
+            _renew_leases(events, machine)
         for name in events:
             if name not in present:
                 _raise_unknown(name, present)
-        still_due = []
-        for when, name, event in due:
-            if when > now:
-                still_due.append((when, name, event))
-            elif name in present:  # a released dynamic slot needs no answer
-                events.setdefault(name, []).append(event)
-        due = still_due
-
+        due = _deliver_due(due, events, now, present)
         result = step_machine(
             policy,
             machine,
-            grown_facts(facts, set_at, now),
+            grown_facts(known.facts, known.set_at, now),
             now,
             machine_events,
-            slot_facts={
-                name: grown_facts(values, slot_set_at[name], now)
-                for name, values in slot_facts.items()
-                if name in present
-            },
+            slot_facts=known.slot_facts_at(now, present),
             slot_events=events,
         )
         machine = result.machine
@@ -194,6 +152,91 @@ def run_timeline(
             if answer is not None:
                 due.append(answer)
     return Timeline(transitions=transitions, actions=actions, machine=machine)
+
+
+def _check_timeline(
+    ordered: Sequence[TimelineStep], start: float, until: float, interval: float
+) -> None:
+    """Refuse a bad polling interval, too many ticks, and steps out of order or of range."""
+    if not interval > 0 or not math.isfinite(interval):
+        raise EngineError(f"pollingInterval must be a positive number, not {interval}")
+    if not math.isfinite(until - start) or (until - start) / interval > MAX_TICKS:
+        raise EngineError(
+            f"a timeline from {start} to {until} every {interval} s is more than {MAX_TICKS} "
+            "ticks; shorten it or poll less often"
+        )
+    for previous, current in itertools.pairwise(ordered):
+        if current.at < previous.at:
+            raise EngineError(
+                f"timeline steps go back in time: a step at {current.at} follows one at "
+                f"{previous.at}; list steps in time order"
+            )
+    for item in ordered:
+        if item.at < start or item.at > until:
+            raise EngineError(f"a step at {item.at} is outside the timeline [{start}, {until}]")
+
+
+@dataclass
+class _KnownFacts:
+    """The facts the steps have set so far, machine-wide and per slot, and when each was set
+    (idle durations grow from then)."""
+
+    facts: dict[str, Fact] = field(default_factory=dict)
+    set_at: dict[str, float] = field(default_factory=dict)
+    slot_facts: dict[str, dict[str, Fact]] = field(default_factory=dict)
+    slot_set_at: dict[str, dict[str, float]] = field(default_factory=dict)
+
+    def apply(self, item: TimelineStep) -> None:
+        """The facts a step sets."""
+        for key, value in item.facts.items():
+            self.facts[key] = value
+            self.set_at[key] = item.at
+        for name, values in item.slot_facts.items():
+            for key, value in values.items():
+                self.slot_facts.setdefault(name, {})[key] = value
+                self.slot_set_at.setdefault(name, {})[key] = item.at
+
+    def slot_facts_at(self, now: float, present: set[str]) -> dict[str, Mapping[str, Fact]]:
+        """Each present slot's own facts at `now`."""
+        return {
+            name: grown_facts(values, self.slot_set_at[name], now)
+            for name, values in self.slot_facts.items()
+            if name in present
+        }
+
+
+def _add_slot_events(
+    events: dict[str, list[Event]], item: TimelineStep, agent: SimulatedAgent
+) -> None:
+    """A step's events for single slots; the schedd releases a claim whose job exited."""
+    for name, slot_evs in item.slot_events.items():
+        for event in slot_evs:
+            events.setdefault(name, []).append(event)
+            if agent.release_claim_after_exit and isinstance(event, JobExited):
+                events[name].append(ReleaseClaim())
+
+
+def _renew_leases(events: dict[str, list[Event]], machine: MachineState) -> None:
+    """The schedd's keep-alive: every claimed slot's lease renewed, before its other events."""
+    for slot in machine.slots:
+        if slot.claim is not None:
+            events.setdefault(slot.name, []).insert(0, LeaseRenewed())
+
+
+def _deliver_due(
+    due: list[tuple[float, str, Event]],
+    events: dict[str, list[Event]],
+    now: float,
+    present: set[str],
+) -> list[tuple[float, str, Event]]:
+    """The agent's answers due by `now` go to their slots; those not yet due are returned."""
+    still_due = []
+    for when, name, event in due:
+        if when > now:
+            still_due.append((when, name, event))
+        elif name in present:  # a released dynamic slot needs no answer
+            events.setdefault(name, []).append(event)
+    return still_due
 
 
 def _raise_unknown(name: str, present: set[str]) -> None:
