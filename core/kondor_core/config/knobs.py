@@ -60,6 +60,14 @@ STARTD_KNOBS: Mapping[str, str] = {
         # How pod jobs are sized and prioritised (kondor_core.jobs.pod).
         "KONDOR_POD_MODE",
         "KONDOR_HARVEST_PRIORITY_CLASS",
+        # What a job is given of its slot's GPUs ("Configuration Macros", the starter's
+        # GPU environment and STARTER_HIDE_GPU_DEVICES; kondor_core.jobs.gpus), and how a
+        # pod job gets them (kondor_core.jobs.pod).
+        "ENVIRONMENT_FOR_AssignedGPUs",
+        "ENVIRONMENT_VALUE_FOR_UnAssignedGPUs",
+        "STARTER_HIDE_GPU_DEVICES",
+        "AUTO_SET_NVIDIA_VISIBLE_DEVICES",
+        "KONDOR_GPU_POD_DEVICES",
         # The most a pod job's template may ask for (kondor_core.jobs.podsecurity).
         "KONDOR_POD_SECURITY",
         # How an Apptainer job's command line is built ("Apptainer and Singularity Support";
@@ -172,7 +180,11 @@ KNOB_PATTERNS = (
 
 _NEGOTIATOR = "it configures the negotiator, which a SlotPolicy does not"
 _NO_KEYBOARD = "a pod has no console or keyboard to share with slots"
-_AGENT_GPUS = "the Kondor agent discovers GPUs and sets the job's GPU environment itself"
+_AGENT_GPUS = "the Kondor agent discovers GPUs through NVML itself"
+_OTHER_ASSIGNED = (
+    "only the GPUs' ENVIRONMENT_FOR_AssignedGPUs and ENVIRONMENT_VALUE_FOR_UnAssignedGPUs are "
+    "implemented (kondor_core.jobs.gpus): a SlotPolicy declares no other non-fungible resource"
+)
 _BENCHMARKS = (
     "the agent measures Mips and KFlops with its own built-in benchmarks when RUNBENCHMARKS "
     "asks (kondor_agent.benchmarks)"
@@ -205,8 +217,8 @@ UNIMPLEMENTED: Mapping[str, str] = {
 
 #: Families of HTCondor knobs Kondor does not implement: name prefix -> reason.
 UNIMPLEMENTED_PREFIXES: Mapping[str, str] = {
-    "ENVIRONMENT_FOR_": _AGENT_GPUS,
-    "ENVIRONMENT_VALUE_FOR_": _AGENT_GPUS,
+    "ENVIRONMENT_FOR_": _OTHER_ASSIGNED,
+    "ENVIRONMENT_VALUE_FOR_": _OTHER_ASSIGNED,
     "BENCHMARKS_": _BENCHMARKS,
     "ALLOW_": "HTCondor security settings do not apply; Kubernetes RBAC does",
     "DENY_": "HTCondor security settings do not apply; Kubernetes RBAC does",

@@ -16,8 +16,9 @@ from typing import Any
 import classad2
 import pytest
 
-from kondor_core.api import ExecutionJob
+from kondor_core.api import ExecutionJob, SlotPolicySpec
 from kondor_core.api.machine import Machine
+from kondor_core.config import compile_policy
 from kondor_core.config.effective import EffectivePolicy
 from kondor_core.jobs.gpus import (
     DeviceReading,
@@ -421,3 +422,25 @@ def test_slot_usage_is_the_devices_own() -> None:
         "DeviceGPUsAverageUsage": 0.0,
         "DeviceGPUsMemoryPeakUsage": 0,
     }
+
+
+def test_the_gpu_knobs_reach_the_agent_without_a_warning() -> None:
+    """`use feature : GPUs` and the GPU knobs compile into the macros the agent reads, and
+    none is reported as having no effect."""
+    spec = SlotPolicySpec.model_validate(
+        {
+            "condorConfig": "use feature : GPUs\n"
+            "ENVIRONMENT_VALUE_FOR_UnAssignedGPUs = none\n"
+            "STARTER_HIDE_GPU_DEVICES = false\n"
+            "AUTO_SET_NVIDIA_VISIBLE_DEVICES = false\n"
+            "KONDOR_GPU_POD_DEVICES = device-plugin\n"
+        }
+    )
+    compiled = compile_policy(spec)
+    # (the feature's startd cron GPU monitor is still reported: the agent's own GpuMonitor
+    # is not yet what publishes the usage)
+    reported = [w for w in compiled.warnings if "GPU" in w.upper() and "GPUs_MONITOR" not in w]
+    assert reported == [], compiled.warnings
+    settings = GpuSettings.from_macros(compiled.macros)
+    assert settings == GpuSettings(DEFAULTS.environment_for, "none", False, False)
+    assert gpu_pod_devices(compiled.macros) == DEVICE_PLUGIN
