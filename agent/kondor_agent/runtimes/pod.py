@@ -94,6 +94,71 @@ class PodHandle:
     memory_mib: int = 0
 
 
+class HookedPods:
+    """The pod jobs whose hooks run around their Pod, each in a thread of its own
+    (`pod_hooks.PodHooksRun`), by (namespace, name) of their Pod."""
+
+    def __init__(self, hooks_dir: Path | None, clock: Callable[[], float]) -> None:
+        self.hooks_dir = hooks_dir
+        self.clock = clock
+        self._runs: dict[tuple[str, str], PodHooksRun] = {}
+        self._lock = threading.Lock()
+
+    def start(
+        self,
+        handle: PodHandle,
+        hooks: Any,
+        job_ad_text: str,
+        pod: dict[str, Any],
+        side: PodSide,
+        *,
+        on_done: Callable[[], None] | None,
+    ) -> None:
+        """Start the job's hooks' thread; a hook program refused (outside the hooks
+        directory) holds the job at once."""
+        programs = resolve_programs(hooks, self.hooks_dir)
+        run = PodHooksRun(
+            hooks=hooks,
+            programs=programs if isinstance(programs, dict) else {},
+            job_ad_text=job_ad_text,
+            pod=pod,
+            side=side,
+            hooks_dir=str(self.hooks_dir or "/"),
+            environment=dict(os.environ),
+            clock=self.clock,
+            on_done=on_done,
+        )
+        with self._lock:
+            self._runs[(handle.namespace, handle.name)] = run
+        if isinstance(programs, str):
+            log.warning("pod %s/%s: %s", handle.namespace, handle.name, programs)
+            run.outcome = Outcome(
+                hold_reason=programs,
+                hold_reason_code=HOOK_PREPARE_JOB_FAILURE,
+                end_time=self.clock(),
+            )
+            return
+        log.info(
+            "running the hooks of pod %s/%s (%s)", handle.namespace, handle.name, hooks.keyword
+        )
+        run.start()
+
+    def get(self, handle: PodHandle) -> PodHooksRun | None:
+        with self._lock:
+            return self._runs.get((handle.namespace, handle.name))
+
+    def forget(self, handle: PodHandle) -> None:
+        with self._lock:
+            self._runs.pop((handle.namespace, handle.name), None)
+
+    def stop(self) -> None:
+        """Stop every hooks' thread (the agent stops)."""
+        with self._lock:
+            runs = list(self._runs.values())
+        for run in runs:
+            run.stop()
+
+
 class PodLauncher:
     """Creates, follows and deletes the job pods of one node."""
 
@@ -110,8 +175,8 @@ class PodLauncher:
         self.hooks_dir = hooks_dir
         self.clock = clock
         self._macros: Mapping[str, str] = {}
-        #: The pod jobs with hooks, by (namespace, name) of their Pod.
-        self._hooked: dict[tuple[str, str], PodHooksRun] = {}
+        #: The pod jobs with hooks.
+        self._hooked = HookedPods(hooks_dir, clock)
         #: Told when a hooked pod job has ended (the loop wakes to report it).
         self.on_done: Callable[[], None] | None = None
         self.api = api
@@ -138,10 +203,7 @@ class PodLauncher:
 
     def stop(self) -> None:
         self._stop.set()
-        with self._lock:
-            runs = list(self._hooked.values())
-        for run in runs:
-            run.stop()
+        self._hooked.stop()
 
     def configure(self, macros: Mapping[str, str]) -> None:
         """The node's pod mode (KONDOR_POD_MODE) and harvest PriorityClass, its Pod Security
@@ -178,7 +240,7 @@ class PodLauncher:
                 STARTD_HELD_JOB,
             )
             return handle
-        account = self._account(job, job_id, slot, job_ad_text)
+        account = pod_account(self.run_as, job, job_id, slot, job_ad_text, node=self.node)
         if isinstance(account, AccountError):
             self._refuse(handle, f"The job's account: {account}", FAILED_TO_CREATE_PROCESS)
             return handle
@@ -223,40 +285,6 @@ class PodLauncher:
         self._launch_hooked(handle, hooks, job_ad_text, pod)
         return handle
 
-    def _account(
-        self, job: ExecutionJob, job_id: str, slot: SlotAd, job_ad_text: str
-    ) -> Account | AccountError:
-        """Who the job's pod runs as where its template names no user, as a process job in
-        the slot would (`kondor_core.jobs.runas`: the owner's mapped uid, else the slot's
-        user); an account named without a uid is looked up in this host's password file
-        (a pod's processes run with the host's uids). Never root."""
-        try:
-            ad = parse_ad(job_ad_text, field="the job ad")
-        except ExpressionError:
-            ad = None
-        try:
-            account = run_as(
-                self.run_as, owner=job.spec.owner, slot=slot.name.split("@", 1)[0], job_ad=ad
-            )
-            uid, gid = account.uid, account.gid
-            if uid is None:
-                try:
-                    entry = pwd.getpwnam(account.name)
-                except KeyError:
-                    raise AccountError(
-                        f"{account.name}: no such user on {self.node} ({account.reason})"
-                    ) from None
-                uid, gid = entry.pw_uid, entry.pw_gid
-            gid = uid if gid is None else gid
-            if uid == 0 or gid == 0:
-                raise AccountError(f"{account.name} is root (uid {uid} gid {gid}): refused")
-        except AccountError as err:
-            log.error("%s cannot run: %s", job_id, err)
-            return err
-        log.info("%s's pod runs as %s (uid %s gid %s): %s", job_id, account.name, uid, gid,
-                 account.reason)  # fmt: skip
-        return dataclasses.replace(account, uid=uid, gid=gid)
-
     def account(self, handle: PodHandle) -> ExecutionAccount | None:
         """The account the job's pod runs as unless its template names one (for its status)."""
         with self._lock:
@@ -287,46 +315,21 @@ class PodLauncher:
         job_ad_text: str,
         pod: dict[str, Any],
     ) -> None:
-        """Start the thread that runs the job's hooks around its Pod (`podhooks`); a hook
-        program refused (outside the hooks directory) holds the job at once."""
-        key = (handle.namespace, handle.name)
-        programs = resolve_programs(hooks, self.hooks_dir)
+        """Start the thread that runs the job's hooks around its Pod (`pod_hooks`), which
+        creates, follows and kills the Pod through this launcher."""
         side = PodSide(
             create=lambda made: self._create(handle.namespace, made),
             outcome=lambda: self._pod_outcome(handle),
             terminated=lambda: self._terminated(handle),
-            attributes=lambda started: self._running_attributes(handle, started),
+            attributes=lambda started: running_attributes(
+                self._pod(handle), self._identity(handle), self.cgroup_root, started
+            ),
             kill=lambda number: self._kill_now(handle, number),
         )
-        run = PodHooksRun(
-            hooks=hooks,
-            programs=programs if isinstance(programs, dict) else {},
-            job_ad_text=job_ad_text,
-            pod=pod,
-            side=side,
-            hooks_dir=str(self.hooks_dir or "/"),
-            environment=dict(os.environ),
-            clock=self.clock,
-            on_done=self.on_done,
-        )
-        with self._lock:
-            self._hooked[key] = run
-        if isinstance(programs, str):
-            log.warning("pod %s/%s: %s", handle.namespace, handle.name, programs)
-            run.outcome = Outcome(
-                hold_reason=programs,
-                hold_reason_code=HOOK_PREPARE_JOB_FAILURE,
-                end_time=self.clock(),
-            )
-            return
-        log.info(
-            "running the hooks of pod %s/%s (%s)", handle.namespace, handle.name, hooks.keyword
-        )
-        run.start()
+        self._hooked.start(handle, hooks, job_ad_text, pod, side, on_done=self.on_done)
 
     def _run_of(self, handle: PodHandle) -> PodHooksRun | None:
-        with self._lock:
-            return self._hooked.get((handle.namespace, handle.name))
+        return self._hooked.get(handle)
 
     def _refused_outcome(self, handle: PodHandle) -> Outcome | None:
         """The end of a job whose Pod was never created (`launch` refused its ads)."""
@@ -381,39 +384,6 @@ class PodLauncher:
                 return dict(done)
         return None
 
-    def _running_attributes(self, handle: PodHandle, created: float) -> dict[str, Any]:
-        """UPDATE_JOB_INFO's attributes: the pod's processes and CPU from its cgroup where
-        this host has it (0 where it has none: a simulated node)."""
-        with self._lock:
-            pod = self._pods.get((handle.namespace, handle.name)) or {}
-        started = created
-        for container in (pod.get("status") or {}).get("containerStatuses") or []:
-            state = container.get("state") or {}
-            at = (state.get("running") or state.get("terminated") or {}).get("startedAt")
-            started = _epoch(at) or started
-            break
-        cgroup = self._identity(handle)
-        pids: list[int] = []
-        user = system = 0.0
-        if cgroup is not None:
-            pids = [
-                pid
-                for pid in pod_cgroup.pod_processes(*cgroup, self.cgroup_root)
-                if not pod_cgroup.is_pause(pid)
-            ]
-            user, system = _cgroup_cpu(pod_cgroup.find_pod_cgroups(*cgroup, self.cgroup_root))
-        directory = self._freezer(handle)
-        frozen = directory is not None and pod_cgroup.is_frozen(directory)
-        return {
-            "JobState": "Suspended" if frozen else "Running",
-            "JobPid": min(pids, default=0),
-            "NumPids": len(pids),
-            "JobStartDate": int(started),
-            "RemoteSysCpu": round(system, 3),
-            "RemoteUserCpu": round(user, 3),
-            "ImageSize": _image_size_kib(pids),
-        }
-
     def _kill_now(self, handle: PodHandle, number: int) -> None:
         """A kill asked for while the hooks' thread was creating the Pod."""
         if number == signals.SIGKILL:
@@ -421,29 +391,21 @@ class PodLauncher:
         else:
             self.soft_kill(handle, str(number))
 
+    def _identity(self, handle: PodHandle) -> tuple[str, str] | None:
+        """The pod's UID and QoS class, as the watch last saw it."""
+        return pod_identity(self._pod(handle))
+
+    def _pod(self, handle: PodHandle) -> Mapping[str, Any]:
+        """The job's Pod as the watch last saw it ({} before it has)."""
+        with self._lock:
+            return self._pods.get((handle.namespace, handle.name)) or {}
+
     def _pod_outcome(self, handle: PodHandle) -> Outcome | None:
         if not self._pod_ended(handle):
             return None
         with self._lock:
             pod = self._pods[(handle.namespace, handle.name)]
-        status = pod.get("status") or {}
-        code, started, finished, oom = 0, None, None, False
-        for container in status.get("containerStatuses") or []:
-            done = (container.get("state") or {}).get("terminated") or {}
-            code = code or int(done.get("exitCode") or 0)
-            started = started or _epoch(done.get("startedAt"))
-            finished = _epoch(done.get("finishedAt")) or finished
-            oom = oom or done.get("reason") == "OOMKilled"
-        if oom:
-            over = f" of {handle.memory_mib} megabytes" if handle.memory_mib else ""
-            return Outcome(
-                hold_reason=f"Error from {handle.slot or self.node}: Job has gone over cgroup "
-                f"memory limit{over}. Consider resubmitting with a higher request_memory.",
-                hold_reason_code=OUT_OF_MEMORY,
-                start_time=started,
-                end_time=finished,
-            )
-        return Outcome(exit_code=code, start_time=started, end_time=finished)
+        return pod_outcome(pod, handle, self.node)
 
     def directory(self, handle: PodHandle) -> str:
         return f"pod/{handle.namespace}/{handle.name}"
@@ -511,21 +473,10 @@ class PodLauncher:
         if run is not None:
             run.killed(int(signals.SIGKILL))  # a Pod not created yet never is
             run.stop()
-            with self._lock:
-                self._hooked.pop((handle.namespace, handle.name), None)
+            self._hooked.forget(handle)
         self._delete(handle, 0)
         with self._lock:  # the job is gone: nothing asks about its pod any more
             self._pods.pop((handle.namespace, handle.name), None)
-
-    def _identity(self, handle: PodHandle) -> tuple[str, str] | None:
-        """The pod's UID and QoS class, as the watch last saw it."""
-        with self._lock:
-            pod = self._pods.get((handle.namespace, handle.name)) or {}
-        uid = (pod.get("metadata") or {}).get("uid")
-        qos = (pod.get("status") or {}).get("qosClass")
-        if not uid or qos not in pod_cgroup.QOS_CLASSES:
-            return None
-        return str(uid), str(qos)
 
     def _freezer(self, handle: PodHandle) -> Path | None:
         """The pod's freezer cgroup on this host; None where it has none (a simulated node)."""
@@ -608,6 +559,111 @@ class PodLauncher:
             what=f"job pods of {self.node}",
             timeout_seconds=300,
         )
+
+
+def pod_account(
+    settings: RunAsSettings,
+    job: ExecutionJob,
+    job_id: str,
+    slot: SlotAd,
+    job_ad_text: str,
+    *,
+    node: str,
+) -> Account | AccountError:
+    """Who the job's pod runs as where its template names no user, as a process job in
+    the slot would (`kondor_core.jobs.runas`: the owner's mapped uid, else the slot's
+    user); an account named without a uid is looked up in this host's password file
+    (a pod's processes run with the host's uids). Never root."""
+    try:
+        ad = parse_ad(job_ad_text, field="the job ad")
+    except ExpressionError:
+        ad = None
+    try:
+        account = run_as(settings, owner=job.spec.owner, slot=slot.name.split("@", 1)[0], job_ad=ad)
+        uid, gid = account.uid, account.gid
+        if uid is None:
+            try:
+                entry = pwd.getpwnam(account.name)
+            except KeyError:
+                raise AccountError(
+                    f"{account.name}: no such user on {node} ({account.reason})"
+                ) from None
+            uid, gid = entry.pw_uid, entry.pw_gid
+        gid = uid if gid is None else gid
+        if uid == 0 or gid == 0:
+            raise AccountError(f"{account.name} is root (uid {uid} gid {gid}): refused")
+    except AccountError as err:
+        log.error("%s cannot run: %s", job_id, err)
+        return err
+    log.info("%s's pod runs as %s (uid %s gid %s): %s", job_id, account.name, uid, gid,
+             account.reason)  # fmt: skip
+    return dataclasses.replace(account, uid=uid, gid=gid)
+
+
+def pod_identity(pod: Mapping[str, Any]) -> tuple[str, str] | None:
+    """The pod's UID and QoS class (what finds its cgroup), None before the watch saw them."""
+    uid = (pod.get("metadata") or {}).get("uid")
+    qos = (pod.get("status") or {}).get("qosClass")
+    if not uid or qos not in pod_cgroup.QOS_CLASSES:
+        return None
+    return str(uid), str(qos)
+
+
+def pod_outcome(pod: Mapping[str, Any], handle: PodHandle, node: str) -> Outcome:
+    """The end of a job whose Pod has ended: its containers' exit code and times, or a hold
+    (HoldReasonCode 34) where the kernel OOM-killed one, as HTCondor holds the job."""
+    status = pod.get("status") or {}
+    code, started, finished, oom = 0, None, None, False
+    for container in status.get("containerStatuses") or []:
+        done = (container.get("state") or {}).get("terminated") or {}
+        code = code or int(done.get("exitCode") or 0)
+        started = started or _epoch(done.get("startedAt"))
+        finished = _epoch(done.get("finishedAt")) or finished
+        oom = oom or done.get("reason") == "OOMKilled"
+    if oom:
+        over = f" of {handle.memory_mib} megabytes" if handle.memory_mib else ""
+        return Outcome(
+            hold_reason=f"Error from {handle.slot or node}: Job has gone over cgroup "
+            f"memory limit{over}. Consider resubmitting with a higher request_memory.",
+            hold_reason_code=OUT_OF_MEMORY,
+            start_time=started,
+            end_time=finished,
+        )
+    return Outcome(exit_code=code, start_time=started, end_time=finished)
+
+
+def running_attributes(
+    pod: Mapping[str, Any], cgroup: tuple[str, str] | None, cgroup_root: Path, created: float
+) -> dict[str, Any]:
+    """UPDATE_JOB_INFO's attributes: the pod's processes and CPU from its cgroup (its UID and
+    QoS class) where this host has it (0 where it has none: a simulated node)."""
+    started = created
+    for container in (pod.get("status") or {}).get("containerStatuses") or []:
+        state = container.get("state") or {}
+        at = (state.get("running") or state.get("terminated") or {}).get("startedAt")
+        started = _epoch(at) or started
+        break
+    pids: list[int] = []
+    user = system = 0.0
+    frozen = False
+    if cgroup is not None:
+        pids = [
+            pid
+            for pid in pod_cgroup.pod_processes(*cgroup, cgroup_root)
+            if not pod_cgroup.is_pause(pid)
+        ]
+        user, system = _cgroup_cpu(pod_cgroup.find_pod_cgroups(*cgroup, cgroup_root))
+        directory = pod_cgroup.freezer(*cgroup, cgroup_root)
+        frozen = directory is not None and pod_cgroup.is_frozen(directory)
+    return {
+        "JobState": "Suspended" if frozen else "Running",
+        "JobPid": min(pids, default=0),
+        "NumPids": len(pids),
+        "JobStartDate": int(started),
+        "RemoteSysCpu": round(system, 3),
+        "RemoteUserCpu": round(user, 3),
+        "ImageSize": _image_size_kib(pids),
+    }
 
 
 def _api_message(error: ApiError) -> str:
