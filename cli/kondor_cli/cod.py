@@ -21,12 +21,13 @@ import sys
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any, Protocol, cast
+from typing import Any, Protocol
 
 from kondor_cli.files import UserError
-from kondor_cli.jobs import ApiError, KubeJobs, connect
+from kondor_cli.kube import ApiError, Cluster, connect_cluster
 from kondor_cli.status import long_form, slot_ads
-from kondor_core.api import COD_CLAIMS, EXECUTION_POINTS, GROUP, MERGE_PATCH, VERSION
+from kondor_core.api import API_VERSION, COD_CLAIMS, EXECUTION_POINTS
+from kondor_kube import paths
 
 #: The claim states each verb needs (condor_cod refuses the others with a message).
 NEEDS: Mapping[str, tuple[str, ...]] = {
@@ -56,85 +57,40 @@ class CodApi(Protocol):
 
 
 class KubeCod:
-    """CodClaims through the `kubernetes` client, connected as `kubectl kondor q` is."""
+    """CodClaims over the CLI's `Cluster` (kondor_cli.kube), connected as `kubectl kondor q`
+    is."""
 
-    def __init__(self, jobs: KubeJobs) -> None:
-        self.jobs = jobs
-        self.namespace = jobs.namespace
-
-    def _objects(self) -> Any:
-        from kubernetes import client  # noqa: PLC0415
-
-        return client.CustomObjectsApi(self.jobs.api_client)
+    def __init__(self, cluster: Cluster) -> None:
+        self.cluster = cluster
+        self.namespace = cluster.namespace
 
     def create(self, namespace: str, body: Mapping[str, Any]) -> dict[str, Any]:
-        made = self.jobs._call(
-            f"create a codclaim in namespace {namespace}",
-            lambda: self._objects().create_namespaced_custom_object(
-                GROUP, VERSION, namespace, COD_CLAIMS, dict(body)
-            ),
-        )
-        return dict(made)
+        path = paths.kondor(COD_CLAIMS, namespace=namespace)
+        return self.cluster.create(f"create a codclaim in namespace {namespace}", path, body)
 
     def get(self, namespace: str, name: str) -> dict[str, Any] | None:
-        try:
-            found = self.jobs._call(
-                f"read codclaim {namespace}/{name}",
-                lambda: self._objects().get_namespaced_custom_object(
-                    GROUP, VERSION, namespace, COD_CLAIMS, name
-                ),
-            )
-        except ApiError as err:
-            if err.status == 404:
-                return None
-            raise
-        return dict(found)
+        path = paths.kondor(COD_CLAIMS, name, namespace=namespace)
+        return self.cluster.read(f"read codclaim {namespace}/{name}", path)
 
     def list(self, namespace: str) -> list[dict[str, Any]]:
-        listing = self.jobs._call(
-            f"list codclaims in namespace {namespace}",
-            lambda: self._objects().list_namespaced_custom_object(
-                GROUP, VERSION, namespace, COD_CLAIMS
-            ),
-        )
-        return [dict(item) for item in cast("Mapping[str, Any]", listing).get("items") or []]
+        path = paths.kondor(COD_CLAIMS, namespace=namespace)
+        return self.cluster.list(f"list codclaims in namespace {namespace}", path)
 
     def patch(self, namespace: str, name: str, patch: Mapping[str, Any]) -> None:
-        self.jobs._call(
-            f"patch codclaim {namespace}/{name}",
-            lambda: self._objects().patch_namespaced_custom_object(
-                GROUP, VERSION, namespace, COD_CLAIMS, name, dict(patch),
-                _content_type=MERGE_PATCH,
-            ),
-        )  # fmt: skip
+        path = paths.kondor(COD_CLAIMS, name, namespace=namespace)
+        self.cluster.merge_patch(f"patch codclaim {namespace}/{name}", path, patch)
 
     def delete(self, namespace: str, name: str) -> None:
-        self.jobs._call(
-            f"delete codclaim {namespace}/{name}",
-            lambda: self._objects().delete_namespaced_custom_object(
-                GROUP, VERSION, namespace, COD_CLAIMS, name
-            ),
-        )
+        path = paths.kondor(COD_CLAIMS, name, namespace=namespace)
+        self.cluster.delete(f"delete codclaim {namespace}/{name}", path)
 
     def execution_point(self, name: str) -> dict[str, Any] | None:
-        try:
-            found = self.jobs._call(
-                f"read executionpoint {name}",
-                lambda: self._objects().get_cluster_custom_object(
-                    GROUP, VERSION, EXECUTION_POINTS, name
-                ),
-            )
-        except ApiError as err:
-            if err.status == 404:
-                return None
-            raise
-        return dict(found)
+        path = paths.kondor(EXECUTION_POINTS, name)
+        return self.cluster.read(f"read executionpoint {name}", path)
 
 
 def kube_cod(args: argparse.Namespace) -> CodApi:
-    jobs = connect(args)
-    assert isinstance(jobs, KubeJobs)
-    return KubeCod(jobs)
+    return KubeCod(connect_cluster(args))
 
 
 def parse_name(text: str) -> tuple[str | None, str]:
@@ -236,7 +192,7 @@ def _run(
         if args.lease is not None:
             spec["lease"] = args.lease
         body = {
-            "apiVersion": f"{GROUP}/{VERSION}",
+            "apiVersion": API_VERSION,
             "kind": "CodClaim",
             "metadata": {"generateName": "cod-", "namespace": namespace},
             "spec": spec,

@@ -27,19 +27,18 @@ drain completes.
 from __future__ import annotations
 
 import argparse
-import contextlib
-import json
 import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Protocol, cast
+from typing import Any, Protocol
 
-from kondor_cli.jobs import ApiError, KubeJobs, connect
+from kondor_cli.kube import Cluster, connect_cluster
 from kondor_cli.status import select, slot_ads
-from kondor_core.api import EXECUTION_POINTS, GROUP, VERSION
+from kondor_core.api import EXECUTION_POINTS
 from kondor_core.api.meta import format_time
 from kondor_core.classads import ExpressionError, parse_expr
+from kondor_kube import paths
 
 
 class DrainApi(Protocol):
@@ -49,41 +48,22 @@ class DrainApi(Protocol):
 
 
 class KubeDrain:
-    """ExecutionPoints through the `kubernetes` client, connected as `kubectl kondor q` is."""
+    """ExecutionPoints over the CLI's `Cluster` (kondor_cli.kube), connected as `kubectl
+    kondor q` is."""
 
-    def __init__(self, jobs: KubeJobs) -> None:
-        self.jobs = jobs
+    def __init__(self, cluster: Cluster) -> None:
+        self.cluster = cluster
 
     def read_execution_point(self, name: str) -> dict[str, Any] | None:
-        from kubernetes import client  # noqa: PLC0415
-        from kubernetes.client.exceptions import ApiException  # noqa: PLC0415
-
-        objects = client.CustomObjectsApi(self.jobs.api_client)
-        try:
-            found = objects.get_cluster_custom_object(GROUP, VERSION, EXECUTION_POINTS, name)
-        except ApiException as err:
-            if err.status == 404:
-                return None
-            raise ApiError(
-                f"cannot read executionpoint {name}: {err.status} {err.reason}"
-            ) from None
-        return dict(cast("Mapping[str, Any]", found))
+        path = paths.kondor(EXECUTION_POINTS, name)
+        return self.cluster.read(f"read executionpoint {name}", path)
 
     def patch_execution_point(self, name: str, patch: Mapping[str, Any]) -> None:
-        from kubernetes import client  # noqa: PLC0415
-        from kubernetes.client.exceptions import ApiException  # noqa: PLC0415
-
-        objects = client.CustomObjectsApi(self.jobs.api_client)
-        try:
-            objects.patch_cluster_custom_object(GROUP, VERSION, EXECUTION_POINTS, name, dict(patch))
-        except ApiException as err:
-            message = err.reason
-            with contextlib.suppress(ValueError):
-                message = json.loads(err.body or "").get("message") or message
-            raise ApiError(f"cannot patch executionpoint {name}: {err.status} {message}") from None
+        path = paths.kondor(EXECUTION_POINTS, name)
+        self.cluster.merge_patch(f"patch executionpoint {name}", path, patch)
 
     def whoami(self) -> str:
-        return self.jobs.whoami()
+        return self.cluster.whoami()
 
 
 def drain_request(args: argparse.Namespace, user: str, now: float) -> dict[str, Any]:
@@ -132,7 +112,7 @@ def run(
         except ExpressionError as err:
             print(f"kubectl kondor drain: {option} {text!r}: {err.reason}", file=sys.stderr)
             return 2
-    api = (connect_api or (lambda a: KubeDrain(cast("KubeJobs", connect(a)))))(args)
+    api = (connect_api or (lambda a: KubeDrain(connect_cluster(a))))(args)
     user = "" if args.cancel else api.whoami()
     failed = 0
     for node in args.nodes:

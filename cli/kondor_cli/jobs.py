@@ -21,11 +21,8 @@ context's, else `default`; the cluster is reached as `kubectl kondor status` rea
 from __future__ import annotations
 
 import argparse
-import contextlib
 import dataclasses
-import json
 import math
-import os
 import posixpath
 import sys
 import time
@@ -34,22 +31,17 @@ from dataclasses import dataclass
 from datetime import datetime, tzinfo
 from functools import partial
 from pathlib import Path
-from typing import Any, Literal, Protocol, cast
+from typing import Any, Literal, Protocol
 
 import classad2
 
 from kondor_cli import render
 from kondor_cli.files import UserError
+from kondor_cli.kube import ApiError, connect
 from kondor_core.api import (
-    EXECUTION_JOBS,
-    EXECUTION_POINTS,
-    GROUP,
-    MERGE_PATCH,
-    VERSION,
     ExecutionJob,
     ExecutionPoint,
     InvalidObjectError,
-    kube_config_source,
     parse_time,
     validate,
 )
@@ -391,14 +383,6 @@ def resolve(
 # ------------------------------------------------------------------------------- the cluster
 
 
-class ApiError(Exception):
-    """The API server refused or could not be reached; the message says who asked for what."""
-
-    def __init__(self, message: str, status: int | None = None) -> None:
-        super().__init__(message)
-        self.status = status
-
-
 class JobsApi(Protocol):
     """What the commands need of the API server (a fake in the unit tests)."""
 
@@ -411,119 +395,6 @@ class JobsApi(Protocol):
 
 
 Connect = Callable[[argparse.Namespace], JobsApi]
-
-
-def _reason(err: Any) -> str:
-    """The API server's own message (`User "bob" cannot patch resource ...`), else its status."""
-    with contextlib.suppress(ValueError, TypeError):
-        message = json.loads(err.body or "").get("message")
-        if message:
-            return f"{err.status} {err.reason}: {message}"
-    return f"{err.status} {err.reason}"
-
-
-class KubeJobs:
-    """ExecutionJobs through the `kubernetes` client, configured as kubectl would be."""
-
-    def __init__(self, api_client: Any, namespace: str) -> None:
-        self.api_client = api_client
-        self.namespace = namespace
-
-    def _call(self, what: str, call: Callable[[], Any]) -> Any:
-        from kubernetes.client.exceptions import ApiException  # noqa: PLC0415
-        from urllib3.exceptions import HTTPError  # noqa: PLC0415
-
-        try:
-            return call()
-        except ApiException as err:
-            raise ApiError(f"cannot {what}: {_reason(err)}", err.status) from None
-        except (OSError, HTTPError) as err:  # urllib3's MaxRetryError is no OSError
-            raise ApiError(f"cannot reach the API server to {what}: {err}") from None
-
-    def list_jobs(self, namespace: str | None) -> list[dict[str, Any]]:
-        from kubernetes import client  # noqa: PLC0415
-
-        objects = client.CustomObjectsApi(self.api_client)
-        if namespace is None:
-            listing = self._call(
-                "list executionjobs in all namespaces",
-                lambda: objects.list_cluster_custom_object(GROUP, VERSION, EXECUTION_JOBS),
-            )
-        else:
-            listing = self._call(
-                f"list executionjobs in namespace {namespace}",
-                lambda: objects.list_namespaced_custom_object(
-                    GROUP, VERSION, namespace, EXECUTION_JOBS
-                ),
-            )
-        return [dict(item) for item in cast("Mapping[str, Any]", listing).get("items") or []]
-
-    def patch_job(self, namespace: str, name: str, patch: Mapping[str, Any]) -> None:
-        from kubernetes import client  # noqa: PLC0415
-
-        objects = client.CustomObjectsApi(self.api_client)
-        self._call(
-            f"patch executionjob {namespace}/{name}",
-            lambda: objects.patch_namespaced_custom_object(
-                GROUP, VERSION, namespace, EXECUTION_JOBS, name, dict(patch),
-                _content_type=MERGE_PATCH,
-            ),
-        )  # fmt: skip
-
-    def list_execution_points(self) -> list[dict[str, Any]]:
-        from kubernetes import client  # noqa: PLC0415
-
-        objects = client.CustomObjectsApi(self.api_client)
-        listing = self._call(
-            "list executionpoints",
-            lambda: objects.list_cluster_custom_object(GROUP, VERSION, EXECUTION_POINTS),
-        )
-        return [dict(item) for item in cast("Mapping[str, Any]", listing).get("items") or []]
-
-    def whoami(self) -> str:
-        """The user the API server authenticates us as (a SelfSubjectReview, as `kubectl auth
-        whoami` asks), whatever the credential: client certificate, token or exec plugin."""
-        from kubernetes import client  # noqa: PLC0415
-
-        review = self._call(
-            "ask the API server who you are (SelfSubjectReview)",
-            lambda: client.AuthenticationV1Api(self.api_client).create_self_subject_review(
-                client.V1SelfSubjectReview()
-            ),
-        )
-        user = review.status.user_info if review.status is not None else None
-        if user is None or not user.username:
-            raise ApiError("the API server did not say who you are; give -all")
-        return str(user.username)
-
-
-_SA_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
-
-
-def connect(args: argparse.Namespace) -> JobsApi:
-    """The API server and the default namespace, found as kubectl finds them: `--kubeconfig`,
-    else $KUBECONFIG, else the pod's ServiceAccount, else ~/.kube/config, with `--context`;
-    the namespace is the context's, the ServiceAccount's in a pod, else `default`."""
-    from kubernetes import client, config  # noqa: PLC0415 - only these commands need it
-
-    source = kube_config_source(args.kubeconfig, args.context, os.environ)
-    configuration = client.Configuration()
-    if source.in_cluster:
-        with contextlib.suppress(config.ConfigException):  # not in a pod
-            config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
-            namespace = _SA_NAMESPACE.read_text().strip() if _SA_NAMESPACE.exists() else ""
-            return KubeJobs(client.ApiClient(configuration), namespace or "default")
-    try:
-        config.load_kube_config(  # type: ignore[no-untyped-call]
-            config_file=source.config_file, context=source.context,
-            client_configuration=configuration,
-        )  # fmt: skip
-        contexts, current = config.list_kube_config_contexts(config_file=source.config_file)  # type: ignore[no-untyped-call]
-    except (config.ConfigException, OSError) as err:
-        raise UserError(f"cannot load the kubeconfig: {err}") from None
-    chosen = next((c for c in contexts if c.get("name") == source.context), current)
-    namespace = ((chosen or {}).get("context") or {}).get("namespace") or "default"
-    return KubeJobs(client.ApiClient(configuration), str(namespace))
 
 
 def _scope(args: argparse.Namespace, api: JobsApi) -> str | None:

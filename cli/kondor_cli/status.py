@@ -14,22 +14,22 @@ $KUBECONFIG, else the pod's ServiceAccount, else ~/.kube/config, and `--context`
 from __future__ import annotations
 
 import argparse
-import contextlib
-import os
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 import classad2
 
 from kondor_cli import render
 from kondor_cli.files import UserError
+from kondor_cli.kube import ApiError, connect_cluster
 from kondor_cli.render import table
-from kondor_core.api import EXECUTION_POINTS, GROUP, VERSION, kube_config_source, whole_slot_ad
+from kondor_core.api import EXECUTION_POINTS, whole_slot_ad
 from kondor_core.classads import ExpressionError, parse_expr
 from kondor_core.slots import SlotAd
 from kondor_core.startd.cod import cod_rows
+from kondor_kube import paths
 
 #: condor_status's default columns.
 HEADERS = ("Name", "OpSys", "Arch", "State", "Activity", "LoadAv", "Mem", "ActvtyTime")
@@ -200,36 +200,13 @@ Fetch = Callable[[argparse.Namespace], list[dict[str, Any]]]
 
 def fetch_execution_points(args: argparse.Namespace) -> list[dict[str, Any]]:
     """The ExecutionPoints, read as kubectl would: `--kubeconfig`, else $KUBECONFIG, else the
-    pod's ServiceAccount, else ~/.kube/config (`kondor_core.api.kube_config_source`), with
-    `--context`; the `kubernetes` client reads and merges the kubeconfig files."""
-    from kubernetes import client, config  # noqa: PLC0415 - only this command needs it
-    from kubernetes.client.exceptions import ApiException  # noqa: PLC0415
-
-    source = kube_config_source(args.kubeconfig, args.context, os.environ)
-    configuration = client.Configuration()
-    in_pod = False
-    if source.in_cluster:
-        with contextlib.suppress(config.ConfigException):  # not in a pod
-            config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
-            in_pod = True
-    if not in_pod:
-        try:
-            config.load_kube_config(  # type: ignore[no-untyped-call]
-                config_file=source.config_file,
-                context=source.context,
-                client_configuration=configuration,
-            )
-        except (config.ConfigException, OSError) as err:
-            raise UserError(f"cannot load the kubeconfig: {err}") from None
-    objects = client.CustomObjectsApi(client.ApiClient(configuration))
+    pod's ServiceAccount, else ~/.kube/config (`kondor_kube.config.load`), with `--context`;
+    the `kubernetes` client reads and merges the kubeconfig files."""
+    cluster = connect_cluster(args)
     try:
-        listing = objects.list_cluster_custom_object(GROUP, VERSION, EXECUTION_POINTS)
-    except ApiException as err:
-        raise UserError(f"cannot list executionpoints: {err.status} {err.reason}") from None
-    except OSError as err:
-        raise UserError(f"cannot reach the API server: {err}") from None
-    items = cast("Mapping[str, Any]", listing).get("items") or []
-    return [dict(item) for item in items]
+        return cluster.list("list executionpoints", paths.kondor(EXECUTION_POINTS))
+    except ApiError as err:
+        raise UserError(str(err)) from None
 
 
 def run(

@@ -21,13 +21,13 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime, tzinfo
 from pathlib import Path
-from typing import Any, Protocol, cast
+from typing import Any, Protocol
 
 from kondor_cli.files import UserError
-from kondor_cli.jobs import ApiError, KubeJobs
-from kondor_cli.jobs import connect as connect_jobs
-from kondor_core.api import GROUP, MERGE_PATCH, VERSION, format_time, parse_time
+from kondor_cli.kube import ApiError, Cluster, connect_cluster
+from kondor_core.api import API_VERSION, format_time, parse_time
 from kondor_core.api.pool import DEFAULT_POOL, POOLS, PoolStatus, UserPriority
+from kondor_kube import paths
 
 #: condor_userprio's default window: users whose last usage is older are not shown.
 ACTIVE_WINDOW = 86400
@@ -41,52 +41,30 @@ class PoolApi(Protocol):
 
 
 class KubePool:
-    """The Pool through the `kubernetes` client."""
+    """The Pool over the CLI's `Cluster` (kondor_cli.kube)."""
 
-    def __init__(self, jobs: KubeJobs) -> None:
-        self.jobs = jobs
+    def __init__(self, cluster: Cluster) -> None:
+        self.cluster = cluster
 
     def get_pool(self, name: str) -> dict[str, Any] | None:
-        from kubernetes import client  # noqa: PLC0415
-
-        objects = client.CustomObjectsApi(self.jobs.api_client)
-        try:
-            found = self.jobs._call(
-                f"get pool {name}",
-                lambda: objects.get_cluster_custom_object(GROUP, VERSION, POOLS, name),
-            )
-        except ApiError as err:
-            if err.status == 404:
-                return None
-            raise
-        return dict(found)
+        return self.cluster.read(f"get pool {name}", paths.kondor(POOLS, name))
 
     def patch_pool(self, name: str, patch: Mapping[str, Any]) -> None:
-        from kubernetes import client  # noqa: PLC0415
-
-        objects = client.CustomObjectsApi(self.jobs.api_client)
+        """Merge-patch the Pool's spec; a missing Pool is created with it."""
         if self.get_pool(name) is None:
             body = {
-                "apiVersion": f"{GROUP}/{VERSION}",
+                "apiVersion": API_VERSION,
                 "kind": "Pool",
                 "metadata": {"name": name},
                 "spec": dict(patch.get("spec") or {}),
             }
-            self.jobs._call(
-                f"create pool {name}",
-                lambda: objects.create_cluster_custom_object(GROUP, VERSION, POOLS, body),
-            )
+            self.cluster.create(f"create pool {name}", paths.kondor(POOLS), body)
             return
-        self.jobs._call(
-            f"patch pool {name}",
-            lambda: objects.patch_cluster_custom_object(
-                GROUP, VERSION, POOLS, name, dict(patch), _content_type=MERGE_PATCH
-            ),
-        )
+        self.cluster.merge_patch(f"patch pool {name}", paths.kondor(POOLS, name), patch)
 
 
 def connect(args: argparse.Namespace) -> PoolApi:
-    return KubePool(cast(KubeJobs, connect_jobs(args)))
+    return KubePool(connect_cluster(args))
 
 
 Connect = Callable[[argparse.Namespace], PoolApi]
