@@ -36,6 +36,7 @@ from kondor_agent.benchmarks import BenchmarkRunner, measure
 from kondor_agent.cron import CronRunner
 from kondor_agent.detect import register as register_detect
 from kondor_agent.execute.cgroups import CgroupError, JobCgroups
+from kondor_agent.gpu_isolation import GpuDeviceIsolation
 from kondor_agent.hostsource import HostMachine
 from kondor_agent.jobs import JobRunner, RuntimeLaunchers
 from kondor_agent.loop import Agent, AgentConfig, LiveFacts, no_live_facts
@@ -378,8 +379,14 @@ def _process_launcher(args: argparse.Namespace) -> ProcessLauncher:
         log.warning("jobs run without cgroups: %s", err)
         cgroups = JobCgroups.disabled()
     log.info("job cgroups: %s", cgroups.describe())
+    isolation = GpuDeviceIsolation.disabled()
+    if cgroups.enabled:  # a job's other GPUs hidden in a devices cgroup of its own (v1)
+        isolation = GpuDeviceIsolation.open(args.host_root, root=args.cgroup_root)
+    log.info("GPU device isolation: %s", isolation)
     # Job hooks run from the same admin-controlled directory as startd cron jobs.
-    return ProcessLauncher(args.execute_dir, cgroups, hooks_dir=args.hooks_dir)
+    return ProcessLauncher(
+        args.execute_dir, cgroups, hooks_dir=args.hooks_dir, gpu_isolation=isolation
+    )
 
 
 if __name__ == "__main__":
