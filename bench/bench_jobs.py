@@ -177,9 +177,10 @@ def _drain(agent: Any, running: Mapping[str, Any]) -> None:
 
 
 def submit_to_running(jobs: int) -> tuple[list[float], list[float]]:
-    from kubernetes import client, config  # noqa: PLC0415
-
     from kondor_devcluster.cluster import ClusterSpec, DevCluster, free_port  # noqa: PLC0415
+    from kondor_kube import managers, paths  # noqa: PLC0415
+    from kondor_kube.client import Client  # noqa: PLC0415
+    from kondor_kube.config import connect  # noqa: PLC0415
 
     work = Path(tempfile.mkdtemp(prefix="kondor-bench-submit-"))
     spec = ClusterSpec(
@@ -193,13 +194,9 @@ def submit_to_running(jobs: int) -> tuple[list[float], list[float]]:
     cluster = DevCluster(spec, log=sys.stderr)
     cluster.start()
     try:
-        api = config.new_client_from_config(config_file=str(spec.kubeconfig), context="admin")
-        objects = client.CustomObjectsApi(api)
-        core = client.CoreV1Api(api)
-        objects.create_cluster_custom_object(
-            "kondor.io",
-            "v1alpha1",
-            "slotpolicies",
+        kube = Client(connect(spec.kubeconfig, "admin"), field_manager=managers.BENCH)
+        kube.create(
+            paths.kondor("slotpolicies"),
             {
                 "apiVersion": "kondor.io/v1alpha1",
                 "kind": "SlotPolicy",
@@ -207,7 +204,7 @@ def submit_to_running(jobs: int) -> tuple[list[float], list[float]]:
                 "spec": {"nodeSelector": {}},
             },
         )
-        _until(lambda: _unclaimed(objects), 60, "the node's slot Unclaimed")
+        _until(lambda: _unclaimed(kube), 60, "the node's slot Unclaimed")
         submit: list[float] = []
         pods: list[float] = []
         for i in range(jobs):
@@ -226,18 +223,19 @@ def submit_to_running(jobs: int) -> tuple[list[float], list[float]]:
                 },
             }
             started = time.time()
-            objects.create_namespaced_custom_object(
-                "kondor.io", "v1alpha1", "default", "executionjobs", body
-            )
+            kube.create(paths.kondor("executionjobs", namespace="default"), body)
             submit.append(_wait_for(first) - started)
-            pods.append(_bare_pod(core, f"bare-{i}"))
-            _until(lambda i=i: _completed(objects, f"bench-{i}"), 30, f"bench-{i} Completed")
+            pods.append(_bare_pod(kube, f"bare-{i}"))
+            _until(lambda i=i: _completed(kube, f"bench-{i}"), 30, f"bench-{i} Completed")
         return submit, pods
     finally:
         cluster.stop()
 
 
-def _bare_pod(core: Any, name: str) -> float:
+def _bare_pod(kube: Any, name: str) -> float:
+    """Seconds from a bare Pod's create to Running (`kube`: a kondor_kube.Client)."""
+    from kondor_kube import paths  # noqa: PLC0415
+
     body = {
         "apiVersion": "v1",
         "kind": "Pod",
@@ -248,30 +246,31 @@ def _bare_pod(core: Any, name: str) -> float:
         },
     }
     started = time.time()
-    core.create_namespaced_pod("default", body)
+    kube.create(paths.core("pods", namespace="default"), body)
+    status = paths.core("pods", name, namespace="default", subresource="status")
     _until(
-        lambda: core.read_namespaced_pod_status(name, "default").status.phase == "Running",
+        lambda: (kube.get(status).get("status") or {}).get("phase") == "Running",
         30,
         f"pod {name} Running",
         pause=0.005,
     )
     elapsed = time.time() - started
-    core.delete_namespaced_pod(name, "default", grace_period_seconds=0)
+    kube.delete(paths.core("pods", name, namespace="default"), query=[("gracePeriodSeconds", "0")])
     return elapsed
 
 
-def _unclaimed(objects: Any) -> bool:
-    found = objects.get_cluster_custom_object(
-        "kondor.io", "v1alpha1", "executionpoints", "kwok-small-0"
-    )
+def _unclaimed(kube: Any) -> bool:
+    from kondor_kube import paths  # noqa: PLC0415
+
+    found = kube.get(paths.kondor("executionpoints", "kwok-small-0"))
     slots = (found.get("status") or {}).get("slots") or []
     return bool(slots) and all(s["state"] == "Unclaimed" for s in slots)
 
 
-def _completed(objects: Any, name: str) -> bool:
-    found = objects.get_namespaced_custom_object(
-        "kondor.io", "v1alpha1", "default", "executionjobs", name
-    )
+def _completed(kube: Any, name: str) -> bool:
+    from kondor_kube import paths  # noqa: PLC0415
+
+    found = kube.get(paths.kondor("executionjobs", name, namespace="default"))
     return bool((found.get("status") or {}).get("jobStatus") == "Completed")
 
 

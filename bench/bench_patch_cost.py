@@ -36,15 +36,18 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from kubernetes import client, config, watch
 
 from bench_fleet import RECARVE, _cpu_seconds, _pids
 from kondor_core import startd
-from kondor_core.api import GROUP, MERGE_PATCH, VERSION, Machine, SlotPolicySpec, whole_slot_ad
+from kondor_core.api import API_VERSION, Machine, SlotPolicySpec, whole_slot_ad
 from kondor_core.api.crds import all_crds
 from kondor_core.config import compile_policy
 from kondor_devcluster import build, versions
 from kondor_devcluster.cluster import ClusterSpec, DevCluster, free_port
+from kondor_kube import managers, paths
+from kondor_kube.client import Client
+from kondor_kube.config import connect
+from kondor_kube.errors import KubeError
 
 MACHINE = Path(__file__).resolve().parents[1] / "examples" / "machines" / "kwok-small.yaml"
 EPS = "executionpoints"
@@ -99,35 +102,31 @@ VARIANTS: dict[str, Variant] = {
 
 def measure(cluster: DevCluster, count: int, rounds: int) -> dict[str, tuple[int, list[float]]]:
     """Per variant: the stored object's size (bytes) and the API server's ms per patch."""
-    api = config.new_client_from_config(config_file=str(cluster.spec.kubeconfig), context="admin")
-    extensions = client.ApiextensionsV1Api(api)
+    kube = Client(connect(cluster.spec.kubeconfig, "admin"), field_manager=managers.BENCH)
     for body in all_crds():
-        extensions.create_custom_resource_definition(body)
-    objects = client.CustomObjectsApi(api)
+        kube.create(paths.group("apiextensions.k8s.io/v1", "customresourcedefinitions"), body)
     names = [f"patch-{i:04d}" for i in range(count)]
     deadline = time.monotonic() + 30
     while True:
         try:
-            objects.list_cluster_custom_object(GROUP, VERSION, EPS)
+            kube.list(paths.kondor(EPS))
             break
-        except client.ApiException:
+        except KubeError:
             if time.monotonic() > deadline:
                 raise
             time.sleep(0.5)
     for name in names:
         body = {
-            "apiVersion": f"{GROUP}/{VERSION}",
+            "apiVersion": API_VERSION,
             "kind": "ExecutionPoint",
             "metadata": {"name": name},
             "spec": {"nodeName": name},
         }
-        objects.create_cluster_custom_object(GROUP, VERSION, EPS, body)
+        kube.create(paths.kondor(EPS), body)
 
     def follow() -> None:  # the operator's watch: every patch is also a watch event
         with contextlib.suppress(Exception):  # ended by the cluster's stop
-            for _ in watch.Watch().stream(
-                objects.list_cluster_custom_object, GROUP, VERSION, EPS, timeout_seconds=3600
-            ):
+            for _ in kube.watch(paths.kondor(EPS), "", 3600):
                 pass
 
     threading.Thread(target=follow, daemon=True).start()
@@ -143,13 +142,11 @@ def measure(cluster: DevCluster, count: int, rounds: int) -> dict[str, tuple[int
                 before = _cpu_seconds(apiserver)
 
                 def patch(name: str, bodies: dict[str, Any] = bodies) -> None:
-                    objects.patch_cluster_custom_object_status(
-                        GROUP, VERSION, EPS, name, bodies[name], _content_type=MERGE_PATCH
-                    )
+                    kube.merge_patch(paths.kondor(EPS, name, subresource="status"), bodies[name])
 
                 list(pool.map(patch, names))
                 per_patch = 1000 * (_cpu_seconds(apiserver) - before) / count
-                stored = objects.get_cluster_custom_object(GROUP, VERSION, EPS, names[0])
+                stored = kube.get(paths.kondor(EPS, names[0]))
                 size = len(json.dumps(stored, separators=(",", ":")))
                 results.setdefault(label, (size, []))[1].append(per_patch)
     return results
