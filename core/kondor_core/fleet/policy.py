@@ -9,7 +9,7 @@ from typing import Any
 from kondor_core.api.manifest import InvalidObjectError, validate
 from kondor_core.api.slotpolicy import SlotPolicySpec
 from kondor_core.classads import ExpressionError
-from kondor_core.config import PolicyError, compile_policy, policy_hash
+from kondor_core.config import EffectivePolicy, PolicyError, compile_policy, policy_hash
 from kondor_core.cron import DEFAULT_HOOKS_DIR, HookPathError, hook_path
 from kondor_core.fleet.selector import selector_problems
 from kondor_core.inputs import InputError, check_document
@@ -76,6 +76,30 @@ def check_policy(
         return CheckedPolicy(problems=(*problems, *map(_in_spec, error.problems)))
     problems.extend(f"spec: {problem}" for problem in policy_problems(compiled))
 
+    problems.extend(_hook_problems(compiled, hooks_dir, resolve))
+    problems.extend(_node_knob_problems(compiled.macros))
+    try:
+        # The agent builds this engine from the same policy: what it would refuse, refuse here.
+        engine = StartdPolicy.from_effective(compiled)
+    except (EngineError, ExpressionError) as error:
+        problems.append(f"spec: {error}")
+    if problems:
+        return CheckedPolicy(problems=tuple(problems))
+    return CheckedPolicy(
+        model,
+        policy_hash(compiled),
+        tuple(compiled.warnings),
+        update_interval=engine.update_interval,
+    )
+
+
+def _hook_problems(
+    compiled: EffectivePolicy, hooks_dir: str, resolve: Callable[[str], str] | None
+) -> list[str]:
+    """Startd cron executables, the starter's job hooks and the startd's fetch hooks that are
+    not programs in the hooks directory (or, resolved, lead out of it)."""
+    problems: list[str] = []
+
     def inside(path: str, program: str, field: str) -> None:
         if resolve is None:
             return
@@ -112,31 +136,24 @@ def check_policy(
                 inside(target, program, field)
         except HookPathError as error:
             problems.append(str(error))
+    return problems
+
+
+def _node_knob_problems(macros: Mapping[str, str]) -> list[str]:
+    """What the agent would refuse of the knobs it reads: who jobs run as, the hooks'
+    settings, the power management interval."""
     # Who jobs run as: uid 0 and root refused, naming the field or knob ("Who a job runs as").
-    for problem in run_as_problems(compiled.macros):
-        problems.append(f"spec.condorConfig: {problem}")
+    problems = [f"spec.condorConfig: {problem}" for problem in run_as_problems(macros)]
     try:
-        check_hook_settings(compiled.macros)
+        check_hook_settings(macros)
     except HookSettingsError as error:
         problems.append(f"spec.condorConfig: {error}")
     try:
         # The agent reads it each tick ("Power Management"); refuse here what it would refuse.
-        check_interval(compiled.macros)
+        check_interval(macros)
     except PowerConfigError as error:
         problems.append(f"spec.condorConfig: {error}")
-    try:
-        # The agent builds this engine from the same policy: what it would refuse, refuse here.
-        engine = StartdPolicy.from_effective(compiled)
-    except (EngineError, ExpressionError) as error:
-        problems.append(f"spec: {error}")
-    if problems:
-        return CheckedPolicy(problems=tuple(problems))
-    return CheckedPolicy(
-        model,
-        policy_hash(compiled),
-        tuple(compiled.warnings),
-        update_interval=engine.update_interval,
-    )
+    return problems
 
 
 def _in_spec(problem: str) -> str:

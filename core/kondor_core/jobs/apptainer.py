@@ -236,19 +236,7 @@ def apptainer_command(
     variables; `machine_ad` and `job_ad` are classad2 ads. A relative image is in the
     scratch directory. ApptainerError when no image can be determined.
     """
-    image = _eval_string(settings.image_expr, machine_ad, job_ad, knob=IMAGE_EXPR)
-    if not image:
-        contained = job_ad.get("ContainerImage")
-        image = contained if isinstance(contained, str) else None
-    if not image:
-        raise ApptainerError(
-            f"the job runs in Apptainer but no image was found ({IMAGE_EXPR} = "
-            f"{settings.image_expr or '(unset)'} is not a string, and the job has no "
-            "ContainerImage)"
-        )
-    if "://" not in image and not image.startswith("/"):
-        image = f"{scratch.rstrip('/')}/{image}"
-
+    image = _image(settings, machine_ad, job_ad, scratch)
     target = settings.target_dir
     if not target:
         chosen = job_ad.get("ContainerTargetDir")
@@ -261,41 +249,8 @@ def apptainer_command(
         argv.append(settings.verbosity)
     verb_at = len(argv)
     argv.append("exec")
-    under = _eval_string(settings.mount_under_scratch, job_ad, None, knob=MOUNT_UNDER_SCRATCH)
-    for directory in _split_list(settings.mount_under_scratch if under is None else under):
-        argv += ["-S", directory]
-    if iwd != scratch:
-        argv += ["-B", iwd]
-    bind = scratch
-    if target:
-        bind = f"{scratch}:{target}"
-        if iwd == scratch:
-            argv += ["--pwd", target]
-    else:
-        argv += ["--pwd", iwd]
-    argv += ["-B", bind]
-
-    extra_binds: list[str] = []
-    gpus = machine_ad.get("AssignedGPUs")
-    if isinstance(gpus, str) and gpus.strip():
-        argv.append("--nv")
-        if is_dir(OPENCL_VENDORS):
-            extra_binds.append(OPENCL_VENDORS)
-    binds_text = _eval_string(settings.bind_expr, machine_ad, job_ad, knob=BIND_EXPR)
-    if binds_text is not None:
-        binds = _split_list(binds_text)
-        binds += [b for b in extra_binds if b not in binds]
-        ignore_missing_target = _boolean(settings.ignore_missing_bind_target)
-        for spec in binds:
-            source, _, rest = spec.partition(":")
-            if not is_dir(source):
-                continue  # HTCondor skips a bind whose source is missing on the host
-            if ignore_missing_target and is_dir(image):
-                inside = (rest.partition(":")[0] if rest else source).lstrip("/")
-                if not is_dir(f"{image}/{inside}"):
-                    continue
-            argv += ["-B", spec]
-
+    argv += _directory_options(settings, job_ad, iwd=iwd, scratch=scratch, target=target)
+    argv += _device_and_bind_options(settings, machine_ad, job_ad, image, is_dir)
     if not _eval_boolean(settings.mount_home, machine_ad, job_ad, knob=MOUNT_HOME):
         argv.append("--no-home")
     argv += ["-C"] if pid_namespaces else ["--contain", "--ipc", "--cleanenv"]
@@ -314,6 +269,79 @@ def apptainer_command(
         image=image,
         test_argv=test_argv,
     )
+
+
+def _image(settings: ApptainerSettings, machine_ad: Any, job_ad: Any, scratch: str) -> str:
+    """SINGULARITY_IMAGE_EXPR, else the job's ContainerImage; a relative one is in scratch."""
+    image = _eval_string(settings.image_expr, machine_ad, job_ad, knob=IMAGE_EXPR)
+    if not image:
+        contained = job_ad.get("ContainerImage")
+        image = contained if isinstance(contained, str) else None
+    if not image:
+        raise ApptainerError(
+            f"the job runs in Apptainer but no image was found ({IMAGE_EXPR} = "
+            f"{settings.image_expr or '(unset)'} is not a string, and the job has no "
+            "ContainerImage)"
+        )
+    if "://" not in image and not image.startswith("/"):
+        image = f"{scratch.rstrip('/')}/{image}"
+    return image
+
+
+def _directory_options(
+    settings: ApptainerSettings, job_ad: Any, *, iwd: str, scratch: str, target: str
+) -> list[str]:
+    """SINGULARITY_MOUNT_UNDER_SCRATCH (-S), the initial and scratch directories bound (-B),
+    and the directory the job starts in (--pwd)."""
+    argv: list[str] = []
+    under = _eval_string(settings.mount_under_scratch, job_ad, None, knob=MOUNT_UNDER_SCRATCH)
+    for directory in _split_list(settings.mount_under_scratch if under is None else under):
+        argv += ["-S", directory]
+    if iwd != scratch:
+        argv += ["-B", iwd]
+    bind = scratch
+    if target:
+        bind = f"{scratch}:{target}"
+        if iwd == scratch:
+            argv += ["--pwd", target]
+    else:
+        argv += ["--pwd", iwd]
+    argv += ["-B", bind]
+    return argv
+
+
+def _device_and_bind_options(
+    settings: ApptainerSettings,
+    machine_ad: Any,
+    job_ad: Any,
+    image: str,
+    is_dir: Callable[[str], bool],
+) -> list[str]:
+    """--nv for a slot with GPUs (and the OpenCL vendors bound), and SINGULARITY_BIND_EXPR's
+    binds whose source the host has (and, where asked, whose target the image has)."""
+    argv: list[str] = []
+    extra_binds: list[str] = []
+    gpus = machine_ad.get("AssignedGPUs")
+    if isinstance(gpus, str) and gpus.strip():
+        argv.append("--nv")
+        if is_dir(OPENCL_VENDORS):
+            extra_binds.append(OPENCL_VENDORS)
+    binds_text = _eval_string(settings.bind_expr, machine_ad, job_ad, knob=BIND_EXPR)
+    if binds_text is None:
+        return argv
+    binds = _split_list(binds_text)
+    binds += [b for b in extra_binds if b not in binds]
+    ignore_missing_target = _boolean(settings.ignore_missing_bind_target)
+    for spec in binds:
+        source, _, rest = spec.partition(":")
+        if not is_dir(source):
+            continue  # HTCondor skips a bind whose source is missing on the host
+        if ignore_missing_target and is_dir(image):
+            inside = (rest.partition(":")[0] if rest else source).lstrip("/")
+            if not is_dir(f"{image}/{inside}"):
+                continue
+        argv += ["-B", spec]
+    return argv
 
 
 def _prefix(machine_ad: Any) -> str:

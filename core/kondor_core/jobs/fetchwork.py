@@ -373,6 +373,26 @@ def fetched_job(
     universe = _get(ad, "JobUniverse")
     if universe is not None and universe != 5:
         raise FetchedJobError(f"JobUniverse = {universe}: Kondor runs vanilla (5) jobs only")
+    spec: dict[str, Any] = {"process": _process(ad)}
+    spec.update(_requests(ad))
+    spec.update(_scheduling(ad, node))
+    attributes = {
+        key: str(ad.lookup(key))
+        for key in ad
+        if key.upper() not in _SPEC_ATTRIBUTES and key.upper() not in _SCHEDD_ATTRIBUTES
+    }
+    attributes["HookKeyword"] = str(classad2.quote(keyword))
+    spec["attributes"] = attributes
+    return {
+        "apiVersion": "kondor.io/v1alpha1",
+        "kind": "ExecutionJob",
+        "metadata": _metadata(node, keyword, name, namespace, execution_point_uid),
+        "spec": spec,
+    }
+
+
+def _process(ad: Any) -> dict[str, Any]:
+    """spec.process: Cmd, Arguments/Args, Env/Environment, Iwd, In, Out and Err."""
     cmd = _string(ad, "Cmd")
     if not cmd:
         raise FetchedJobError("Cmd: the job ad has no Cmd, the program to run (required)")
@@ -389,7 +409,12 @@ def fetched_job(
         value = _string(ad, attribute)
         if value:
             process[key] = value
-    spec: dict[str, Any] = {"process": process}
+    return process
+
+
+def _requests(ad: Any) -> dict[str, Any]:
+    """RequestCpus, RequestMemory and RequestDisk (MiB), RequestGPUs as the spec's requests."""
+    spec: dict[str, Any] = {}
     cpus = _number(ad, "RequestCpus")
     if cpus is not None:
         spec["requestCpus"] = int(cpus)
@@ -402,6 +427,13 @@ def fetched_job(
     gpus = _number(ad, "RequestGPUs")
     if gpus is not None:
         spec["requestGpus"] = int(gpus)
+    return spec
+
+
+def _scheduling(ad: Any, node: str) -> dict[str, Any]:
+    """Requirements (pinned to `node`), Rank, MaxJobRetirementTime, JobMaxVacateTime, JobPrio
+    and KillSig as the spec's fields."""
+    spec: dict[str, Any] = {}
     pin = f"Machine == {classad2.quote(node)}"
     wanted = _source(ad, "Requirements")
     spec["requirements"] = pin if wanted in (None, "true") else f"({pin}) && ({wanted})"
@@ -421,13 +453,14 @@ def fetched_job(
     kill_sig = _kill_sig(ad)
     if kill_sig is not None:
         spec["killSig"] = kill_sig
-    attributes = {
-        key: str(ad.lookup(key))
-        for key in ad
-        if key.upper() not in _SPEC_ATTRIBUTES and key.upper() not in _SCHEDD_ATTRIBUTES
-    }
-    attributes["HookKeyword"] = str(classad2.quote(keyword))
-    spec["attributes"] = attributes
+    return spec
+
+
+def _metadata(
+    node: str, keyword: str, name: str, namespace: str, execution_point_uid: str | None
+) -> dict[str, Any]:
+    """The job's name and namespace, its keyword and node labels, and the ExecutionPoint that
+    owns it (so it goes with its node)."""
     metadata: dict[str, Any] = {
         "name": name,
         "namespace": namespace,
@@ -442,12 +475,7 @@ def fetched_job(
                 "uid": execution_point_uid,
             }
         ]
-    return {
-        "apiVersion": "kondor.io/v1alpha1",
-        "kind": "ExecutionJob",
-        "metadata": metadata,
-        "spec": spec,
-    }
+    return metadata
 
 
 def _label(text: str) -> str:

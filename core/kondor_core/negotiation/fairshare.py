@@ -141,69 +141,110 @@ def negotiate_fair(
     for job in sorted(jobs, key=lambda j: (-j.priority, j.order)):
         queues.setdefault(job.submitter, deque()).append(job)
     order = sorted(queues, key=lambda name: (priorities.get(name, math.inf), name))
-    held = {name: max(0.0, usage.get(name, 0.0)) for name in order}
     if size is None:
         size = free + sum(max(0.0, value) for value in usage.values())
     size = max(size, free)
     eup = {name: priorities.get(name, math.inf) for name in order}
-    shares = pie(eup, size)
-    got = dict.fromkeys(order, 0.0)
-    matches: list[Matched] = []
-    rejections: dict[str, str] = {}
-    limits = {name: shares[name] - held[name] for name in order}
-    left = free
-    for _ in range(_MAX_SPINS):
-        progress = False
-        for name in order:
-            queue = queues[name]
-            while queue and got[name] + queue[0].weight <= limits[name] + _EPSILON:
-                job = queue.popleft()
-                outcome = matchmaker.match(job)
-                if isinstance(outcome, Matched):
-                    matches.append(outcome)
-                    got[name] += job.weight
-                    left -= 0.0 if outcome.preempts else job.weight
-                    progress = True
-                else:
-                    rejections[job.id] = outcome
-        hungry = {name: eup[name] for name in order if queues[name]}
-        if not progress or not hungry or left <= _EPSILON:
-            break
-        for name, extra in pie(hungry, left).items():  # spin the pie again for leftovers
-            limits[name] = got[name] + extra
+    cycle = _FairRound(
+        matchmaker=matchmaker,
+        queues=queues,
+        order=order,
+        held={name: max(0.0, usage.get(name, 0.0)) for name in order},
+        eup=eup,
+        shares=pie(eup, size),
+        size=size,
+        left=free,
+        consider_preemption=consider_preemption,
+    )
+    cycle.hand_out_slices()
     matchmaker.forbid_priority_preemption()
-    # What no slice took goes round one job at a time, each time to the submitter whose
-    # usage after the job, weighed by its effective priority, is least: fair among equals,
-    # and a nice user (its priority 1e10 times worse) last.
-    while True:
-        waiting = [name for name in order if queues[name]]
-        if not waiting:
-            break
-        name = min(
-            waiting,
-            key=lambda n: ((held[n] + got[n] + queues[n][0].weight) * eup[n], order.index(n)),
-        )
-        job = queues[name].popleft()
-        if left <= _EPSILON and not consider_preemption:
-            rejections[job.id] = _waiting(name, shares[name], held[name] + got[name])
-            continue
-        outcome = matchmaker.match(job)
-        if isinstance(outcome, Matched):
-            matches.append(outcome)
-            got[name] += job.weight
-            if not outcome.preempts:
-                left -= job.weight
-        elif (
-            left <= _EPSILON
-            and shares[name] < size - _EPSILON
-            and held[name] + got[name] >= shares[name] - _EPSILON
-        ):
-            # Nothing is free and the submitter has its share of a pool it shares with
-            # others: it waits for its priority (for their jobs to end, or its usage to age).
-            rejections[job.id] = _waiting(name, shares[name], held[name] + got[name])
-        else:
-            rejections[job.id] = outcome
-    return FairCycle(tuple(matches), rejections, shares, got, tuple(order), size)
+    cycle.hand_out_leftovers()
+    return FairCycle(
+        tuple(cycle.matches), cycle.rejections, cycle.shares, cycle.got, tuple(order), size
+    )
+
+
+@dataclass
+class _FairRound:
+    """One fair-share cycle in progress: each submitter's queue, what it holds and has got,
+    its slice of the pie, and what is left free."""
+
+    matchmaker: IndexedMatchmaker
+    queues: dict[str, deque[IdleJob]]
+    order: list[str]
+    held: dict[str, float]
+    eup: dict[str, float]
+    shares: dict[str, float]
+    size: float
+    left: float
+    consider_preemption: bool
+    got: dict[str, float] = field(default_factory=dict)
+    matches: list[Matched] = field(default_factory=list)
+    rejections: dict[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.got = dict.fromkeys(self.order, 0.0)
+
+    def hand_out_slices(self) -> None:
+        """Each submitter, best priority first, gets jobs matched up to its slice (its share
+        less what it holds); the pie is spun again over what is left for the hungry ones."""
+        limits = {name: self.shares[name] - self.held[name] for name in self.order}
+        for _ in range(_MAX_SPINS):
+            progress = False
+            for name in self.order:
+                queue = self.queues[name]
+                while queue and self.got[name] + queue[0].weight <= limits[name] + _EPSILON:
+                    job = queue.popleft()
+                    outcome = self.matchmaker.match(job)
+                    if isinstance(outcome, Matched):
+                        self.matches.append(outcome)
+                        self.got[name] += job.weight
+                        self.left -= 0.0 if outcome.preempts else job.weight
+                        progress = True
+                    else:
+                        self.rejections[job.id] = outcome
+            hungry = {name: self.eup[name] for name in self.order if self.queues[name]}
+            if not progress or not hungry or self.left <= _EPSILON:
+                break
+            for name, extra in pie(hungry, self.left).items():  # spin again for leftovers
+                limits[name] = self.got[name] + extra
+
+    def hand_out_leftovers(self) -> None:
+        """What no slice took goes round one job at a time, each time to the submitter whose
+        usage after the job, weighed by its effective priority, is least: fair among equals,
+        and a nice user (its priority 1e10 times worse) last."""
+        held, got, shares, order = self.held, self.got, self.shares, self.order
+        while True:
+            waiting = [name for name in order if self.queues[name]]
+            if not waiting:
+                break
+            name = min(
+                waiting,
+                key=lambda n: (
+                    (held[n] + got[n] + self.queues[n][0].weight) * self.eup[n],
+                    order.index(n),
+                ),
+            )
+            job = self.queues[name].popleft()
+            if self.left <= _EPSILON and not self.consider_preemption:
+                self.rejections[job.id] = _waiting(name, shares[name], held[name] + got[name])
+                continue
+            outcome = self.matchmaker.match(job)
+            if isinstance(outcome, Matched):
+                self.matches.append(outcome)
+                got[name] += job.weight
+                if not outcome.preempts:
+                    self.left -= job.weight
+            elif (
+                self.left <= _EPSILON
+                and shares[name] < self.size - _EPSILON
+                and held[name] + got[name] >= shares[name] - _EPSILON
+            ):
+                # Nothing is free and the submitter has its share of a pool it shares with
+                # others: it waits for its priority (for their jobs to end, or its usage to age).
+                self.rejections[job.id] = _waiting(name, shares[name], held[name] + got[name])
+            else:
+                self.rejections[job.id] = outcome
 
 
 def _waiting(name: str, share: float, used: float) -> str:

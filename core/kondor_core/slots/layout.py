@@ -165,6 +165,41 @@ def _default_type() -> SlotTypeDef:
 
 def machine_totals(machine: Machine, policy: EffectivePolicy) -> MachineTotals:
     """Detected and usable totals: NUM_CPUS / MEMORY overrides, reserved resources subtracted."""
+    detected, total = _standard_totals(machine, policy)
+    declared, gpu_ids = _declared_resources(machine, policy)
+    _unique_gpu_ids(gpu_ids)
+    properties = {gpu.id: dict(gpu.properties) for gpu in machine.gpus}
+    gpu_properties: dict[str, Mapping[str, GpuProperty]] = {
+        gpu: properties.get(gpu, {}) for gpu in gpu_ids
+    }
+    custom: list[str] = []
+    for name, quantity in declared.values():
+        if canonical_resource(name) is not None:
+            raise LayoutError(
+                f"machine resource {name}: {name!r} names a standard resource "
+                f"({canonical_resource(name)}); custom resources need another name"
+            )
+        detected[name] = total[name] = _whole(quantity, f"machine resource {name}")
+        custom.append(name)
+    detected[GPUS] = total[GPUS] = len(gpu_ids)
+    gpu_ads = {gpu: classad2.ClassAd({"Id": gpu, **gpu_properties[gpu]}) for gpu in gpu_ids}
+    return MachineTotals(
+        name=machine.name,
+        detected=detected,
+        total=total,
+        custom=tuple(custom),
+        gpu_ids=gpu_ids,
+        gpu_properties=gpu_properties,
+        facts=dict(machine.attributes),
+        gpu_ads=gpu_ads,
+    )
+
+
+def _standard_totals(
+    machine: Machine, policy: EffectivePolicy
+) -> tuple[dict[str, int], dict[str, int]]:
+    """(detected, usable) cpus, memory, disk and swap: NUM_CPUS / MEMORY overrides, then the
+    reserved cpus and memory subtracted; at least one core must be left."""
     detected = {
         "cpus": machine.cpus,
         "memory": machine.memory_mib,
@@ -190,8 +225,15 @@ def machine_totals(machine: Machine, policy: EffectivePolicy) -> MachineTotals:
             f"cpus: no core is left for slots ({total['cpus'] + policy.reserved_cpus} cores, "
             f"{policy.reserved_cpus} reserved)"
         )
+    return detected, total
 
-    # Custom resources: detected ones, overridden or extended by MACHINE_RESOURCE_<name>.
+
+def _declared_resources(
+    machine: Machine, policy: EffectivePolicy
+) -> tuple[dict[str, tuple[str, float]], tuple[str, ...]]:
+    """The custom resources (lower-case name -> (name, quantity)) and the GPU ids: detected
+    ones, overridden or extended by MACHINE_RESOURCE_<name>, limited by
+    MACHINE_RESOURCE_NAMES."""
     declared: dict[str, tuple[str, float]] = {}
     for name, quantity in machine.resources.items():
         declared[name.lower()] = (name, quantity)
@@ -201,9 +243,6 @@ def machine_totals(machine: Machine, policy: EffectivePolicy) -> MachineTotals:
     for name, values in policy.machine_resource_ids.items():
         declared.setdefault(name.lower(), (name, len(values)))
     gpu_ids = tuple(gpu.id for gpu in machine.gpus)
-    gpu_properties: dict[str, Mapping[str, GpuProperty]] = {
-        gpu.id: dict(gpu.properties) for gpu in machine.gpus
-    }
     if policy.machine_resource_names is not None:
         # MACHINE_RESOURCE_NAMES enables only the resources it lists, detected ones included.
         enabled = {name.lower() for name in policy.machine_resource_names}
@@ -225,29 +264,7 @@ def machine_totals(machine: Machine, policy: EffectivePolicy) -> MachineTotals:
             )
         # Like condor_gpu_discovery -by-index, devices declared without ids are numbered.
         gpu_ids = gpu_ids[:count] if gpu_ids else tuple(f"CUDA{i}" for i in range(count))
-    _unique_gpu_ids(gpu_ids)
-    gpu_properties = {gpu: gpu_properties.get(gpu, {}) for gpu in gpu_ids}
-    custom: list[str] = []
-    for name, quantity in declared.values():
-        if canonical_resource(name) is not None:
-            raise LayoutError(
-                f"machine resource {name}: {name!r} names a standard resource "
-                f"({canonical_resource(name)}); custom resources need another name"
-            )
-        detected[name] = total[name] = _whole(quantity, f"machine resource {name}")
-        custom.append(name)
-    detected[GPUS] = total[GPUS] = len(gpu_ids)
-    gpu_ads = {gpu: classad2.ClassAd({"Id": gpu, **gpu_properties[gpu]}) for gpu in gpu_ids}
-    return MachineTotals(
-        name=machine.name,
-        detected=detected,
-        total=total,
-        custom=tuple(custom),
-        gpu_ids=gpu_ids,
-        gpu_properties=gpu_properties,
-        facts=dict(machine.attributes),
-        gpu_ads=gpu_ads,
-    )
+    return declared, gpu_ids
 
 
 def attribute_name(resource: str) -> str:
