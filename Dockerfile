@@ -27,18 +27,19 @@ RUN python -c 'import tomllib; print("\n".join(tomllib.load(open("pyproject.toml
 # (devcluster/) does not run in a pod and is left out: `kondor` offers no `dev-cluster` here.
 COPY README.md ./
 COPY core ./core
+COPY kube ./kube
 COPY operator ./operator
 COPY agent ./agent
 COPY cli ./cli
 COPY tools/check_imports.py ./
 # Then pip and setuptools leave the environment (nothing installs at run time). Every module
-# of the four runtime packages must import, no distribution only an extra needs may be
+# of the five runtime packages must import, no distribution only an extra needs may be
 # installed, and the entry points must start (htcondor's wheel needs libstdc++ and zlib from
 # the base image, which the runtime shares): a module that does not import fails the build,
 # named, not the pod at its first use.
 RUN pip install --no-deps . \
     && python -m pip uninstall --yes --quiet pip setuptools \
-    && python -I check_imports.py kondor_core kondor_operator kondor_agent kondor_cli \
+    && python -I check_imports.py kondor_core kondor_kube kondor_operator kondor_agent kondor_cli \
         --pyproject pyproject.toml \
     && kondor-operator --help > /dev/null \
     && kondor-agent --help > /dev/null \

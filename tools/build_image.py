@@ -64,7 +64,13 @@ HOST_CA_BUNDLE = Path("/etc/ssl/certs/ca-certificates.crt")
 #: Tools this script runs, and the Debian package of each.
 TOOLS: Mapping[str, str] = {"buildah": "buildah", "mmdebstrap": "mmdebstrap"}
 #: The runtime packages the image must import entirely (the dev cluster is not in the image).
-RUNTIME_PACKAGES = ("kondor_core", "kondor_operator", "kondor_agent", "kondor_cli")
+RUNTIME_PACKAGES = (
+    "kondor_core",
+    "kondor_kube",
+    "kondor_operator",
+    "kondor_agent",
+    "kondor_cli",
+)
 #: A fixed time for the image's layers and the .pyc pip compiles: same inputs, same image.
 SOURCE_DATE_EPOCH = "0"
 

@@ -1,6 +1,6 @@
 """Import every module of the given packages; fail naming each module that does not import.
 
-    python -I check_imports.py kondor_core kondor_operator kondor_agent kondor_cli \\
+    python -I check_imports.py kondor_core kondor_kube kondor_operator kondor_agent kondor_cli \\
         --pyproject pyproject.toml
 
 The image build runs this in the built environment (`Dockerfile`), so a runtime module that

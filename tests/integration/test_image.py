@@ -100,14 +100,14 @@ def core(cluster: DevCluster) -> client.CoreV1Api:
 
 
 #: The agent's start path (its --help imports kondor_agent.main, hence the fetch-work hooks and
-#: httpx), then every module of the four runtime packages.
+#: httpx), then every module of the five runtime packages.
 SCRIPT = (
     "kondor-agent --help > /dev/null && kondor-operator --help > /dev/null && "
     "python -I -c 'import kondor_agent.fetchwork, httpx; print(\"fetchwork imports\")' && "
     "python -I -c '"
     "import importlib, pkgutil\n"
     "names = []\n"
-    'for top in ("kondor_core", "kondor_operator", "kondor_agent", "kondor_cli"):\n'
+    'for top in ("kondor_core", "kondor_kube", "kondor_operator", "kondor_agent", "kondor_cli"):\n'
     "    package = importlib.import_module(top)\n"
     '    for info in pkgutil.walk_packages(package.__path__, top + "."):\n'
     '        if not info.name.endswith("__main__"):\n'

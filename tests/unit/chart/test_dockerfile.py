@@ -11,8 +11,8 @@ from chart_support import ROOT
 
 DOCKERFILE = ROOT / "Dockerfile"
 #: The runtime packages' source roots; the dev cluster (devcluster/) does not run in the image.
-SOURCE_ROOTS = ("core", "operator", "agent", "cli")
-RUNTIME_PACKAGES = ("kondor_core", "kondor_operator", "kondor_agent", "kondor_cli")
+SOURCE_ROOTS = ("core", "kube", "operator", "agent", "cli")
+RUNTIME_PACKAGES = ("kondor_core", "kondor_kube", "kondor_operator", "kondor_agent", "kondor_cli")
 
 
 @dataclass
