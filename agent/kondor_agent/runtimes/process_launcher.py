@@ -196,8 +196,66 @@ class ProcessLauncher:
         """
         cgroup = JobCgroups.job_cgroup(slot, job_id)
         directory = self.execute_dir / job_id
-        scratch = directory / records.SCRATCH
         ids = self._ids(account, slot)
+        scratch = self._make_job_directory(directory, job_id, ids, job_ad_text, machine_ad_text)
+        handle = JobHandle(job_id=job_id, slot=slot, directory=directory, cgroup=cgroup)
+        command = self._command(
+            runtime, apptainer, job_ad_text, machine_ad_text, scratch=scratch, slot=slot
+        )
+        failure = (ids if isinstance(ids, JobResult) else None) or command.failure
+        hook_spec: dict[str, object] | None = None
+        if failure is None and hooks is not None:
+            checked = hook_spec_of(hooks, self.hooks_dir)
+            if isinstance(checked, JobResult):
+                failure = checked
+            else:
+                hook_spec = checked
+        device_procs: list[Path] = []
+        if failure is None and self.cgroups.enabled:
+            try:
+                self.cgroups.create(cgroup, limits)
+            except CgroupError as err:
+                failure = JobResult.failure(
+                    records.FAILED_TO_CREATE_PROCESS,
+                    0,
+                    f"Cannot create the job's cgroup: {err}",
+                    at=0,
+                )
+            else:
+                device_procs = self.gpu_isolation.hide(cgroup, hide_devices)
+        spec = _launch_spec(
+            handle,
+            runtime,
+            command,
+            self.cgroups,
+            scratch=scratch,
+            limits=limits,
+            hooks=hook_spec,
+            ids=ids,
+            device_procs=device_procs,
+        )
+        records.write_atomic(directory / records.SPEC, spec.to_json())
+        if failure is not None:
+            records.write_atomic(
+                directory / records.EXIT, replace(failure, end_time=self._clock()).to_json()
+            )
+            return handle
+        self._start_supervisor(directory, site=hook_spec is not None)
+        return handle
+
+    def _make_job_directory(
+        self,
+        directory: Path,
+        job_id: str,
+        ids: JobAccount | JobResult,
+        job_ad_text: str,
+        machine_ad_text: str,
+    ) -> Path:
+        """The job's directory (root's, mode 0711) and its scratch directory (the job
+        account's, mode 0700) with the job's and the machine's ads; the scratch directory.
+        What an earlier job of the same id left is removed first, unless its supervisor
+        still runs (LaunchError)."""
+        scratch = directory / records.SCRATCH
         self.execute_dir.mkdir(parents=True, exist_ok=True)
         try:
             directory.mkdir(mode=0o711)
@@ -222,15 +280,27 @@ class ProcessLauncher:
         if isinstance(ids, JobAccount) and ids.uid is not None and ids.gid is not None:
             for path in (scratch, scratch / records.JOB_AD, scratch / records.MACHINE_AD):
                 os.chown(path, ids.uid, ids.gid)
-        handle = JobHandle(job_id=job_id, slot=slot, directory=directory, cgroup=cgroup)
+        return scratch
 
+    def _command(
+        self,
+        runtime: ProcessRuntime | ApptainerRuntime,
+        apptainer: ApptainerSettings | None,
+        job_ad_text: str,
+        machine_ad_text: str,
+        *,
+        scratch: Path,
+        slot: str,
+    ) -> _Command:
+        """The job's command line, environment and initial directory, wrapped in Apptainer
+        where it runs there (with its image test); a failure where it cannot."""
         iwd = _in_scratch(runtime.working_directory, scratch) or str(scratch)
         executable = runtime.executable
         if not executable.startswith("/"):
             executable = str(Path(iwd) / executable)
         argv = [executable, *runtime.arguments]
         environment = job_environment(runtime, scratch=scratch, slot=slot)
-        failure: JobResult | None = ids if isinstance(ids, JobResult) else None
+        failure: JobResult | None = None
         image_test: list[str] | None = None
         try:
             contained = self._apptainer.wrap(
@@ -244,73 +314,14 @@ class ProcessLauncher:
                 environment=environment,
             )
         except KondorError as err:
-            failure = failure or JobResult.failure(
-                records.FAILED_TO_CREATE_PROCESS, 0, str(err), at=0.0
-            )
+            failure = JobResult.failure(records.FAILED_TO_CREATE_PROCESS, 0, str(err), at=0.0)
         else:
             if isinstance(contained, JobResult):
-                failure = failure or contained
+                failure = contained
             elif contained is not None:
                 argv, environment, image_test = contained
         command_at = len(argv) - len(runtime.arguments) - 1
-        hook_spec: dict[str, object] | None = None
-        if failure is None and hooks is not None:
-            checked = self._hook_spec(hooks)
-            if isinstance(checked, JobResult):
-                failure = checked
-            else:
-                hook_spec = checked
-        device_procs: list[Path] = []
-        if failure is None and self.cgroups.enabled:
-            try:
-                self.cgroups.create(cgroup, limits)
-            except CgroupError as err:
-                failure = JobResult.failure(
-                    records.FAILED_TO_CREATE_PROCESS,
-                    0,
-                    f"Cannot create the job's cgroup: {err}",
-                    at=0,
-                )
-            else:
-                device_procs = self.gpu_isolation.hide(cgroup, hide_devices)
-        spec = LaunchSpec(
-            job_id=job_id,
-            slot=slot,
-            cgroup=cgroup,
-            argv=argv,
-            executable=executable,
-            environment=environment,
-            iwd=iwd,
-            scratch=str(scratch),
-            input=_in_scratch(runtime.input, scratch),
-            output=_in_scratch(runtime.output, scratch),
-            error=_in_scratch(runtime.error, scratch),
-            job_procs=[str(p) for p in (*self.cgroups.procs_files(cgroup), *device_procs)],
-            supervisor_procs=[str(p) for p in self.cgroups.procs_files(SUPERVISORS)],
-            peak_memory_file=_str_or_none(self.cgroups.peak_memory_file(cgroup)),
-            oom_kills_file=_str_or_none(self.cgroups.oom_kills_file(cgroup)),
-            memory_limit_mib=(
-                limits.memory_bytes // (1024 * 1024)
-                if limits is not None and limits.memory_bytes is not None
-                else None
-            ),
-            cgroup_kill_file=_str_or_none(self.cgroups.kill_file(cgroup)),
-            image_test=image_test,
-            hooks=hook_spec,
-            command_at=command_at if hook_spec is not None else None,
-            uid=ids.uid if isinstance(ids, JobAccount) else None,
-            gid=ids.gid if isinstance(ids, JobAccount) else None,
-            account=ids.name if isinstance(ids, JobAccount) else None,
-            account_reason=ids.reason if isinstance(ids, JobAccount) else None,
-        )
-        records.write_atomic(directory / records.SPEC, spec.to_json())
-        if failure is not None:
-            records.write_atomic(
-                directory / records.EXIT, replace(failure, end_time=self._clock()).to_json()
-            )
-            return handle
-        self._start_supervisor(directory, site=hook_spec is not None)
-        return handle
+        return _Command(executable, iwd, argv, environment, image_test, command_at, failure)
 
     @property
     def _switches(self) -> bool:
@@ -319,58 +330,7 @@ class ProcessLauncher:
         return self._euid() == 0
 
     def _ids(self, account: Account | AccountError | None, slot: str) -> JobAccount | JobResult:
-        """The uid and gid the job runs as: the account's numbers, or its name looked up in
-        this node's password file; root is refused whatever named it, and so is an account
-        the decision refused (`AccountError`)."""
-        if isinstance(account, AccountError):
-            return JobResult.failure(
-                records.FAILED_TO_CREATE_PROCESS,
-                errno.EPERM,
-                f"The job's account: {account}",
-                at=0.0,
-            )
-        if not self._switches:
-            me = self._euid()
-            return JobAccount(
-                None,
-                None,
-                _user_name(me),
-                f"the agent runs as uid {me}, not root, so the job runs as that user "
-                "(without capabilities)",
-            )
-        if account is None:
-            try:
-                account = run_as(RunAsSettings(), owner=None, slot=slot, job_ad=None)
-            except AccountError as err:
-                return JobResult.failure(
-                    records.FAILED_TO_CREATE_PROCESS,
-                    errno.EPERM,
-                    f"The job's account: {err}",
-                    at=0.0,
-                )
-        uid, gid = account.uid, account.gid
-        if uid is None or gid is None:
-            try:
-                entry = pwd.getpwnam(account.name)
-            except KeyError:
-                return JobResult.failure(
-                    records.FAILED_TO_CREATE_PROCESS,
-                    errno.ENOENT,
-                    f"The job's account {account.name!r} does not exist on this node "
-                    f"({account.reason})",
-                    at=0.0,
-                )
-            uid = entry.pw_uid if uid is None else uid
-            gid = entry.pw_gid if gid is None else gid
-        if uid == 0 or gid == 0:
-            return JobResult.failure(
-                records.FAILED_TO_CREATE_PROCESS,
-                errno.EPERM,
-                f"The job's account {account.name!r} is uid {uid} gid {gid}: a job never runs "
-                "as root",
-                at=0.0,
-            )
-        return JobAccount(uid, gid, account.name, account.reason)
+        return job_ids(account, slot, switches=self._switches, euid=self._euid())
 
     def _prepare_execute_dir(self) -> None:
         """The execute directory: root's, mode 0711 (each job's account crosses it to its
@@ -381,32 +341,6 @@ class ProcessLauncher:
         os.chmod(self.execute_dir, 0o711)
         ensure_traversable(self.execute_dir)
         self._prepared = True
-
-    def _hook_spec(self, hooks: JobHooks) -> dict[str, object] | JobResult:
-        """The spec's `hooks`: each program checked against the hooks directory; a refused
-        one is the job's failure, naming the knob."""
-        spec: dict[str, object] = {
-            "keyword": hooks.keyword,
-            "knobs": {hook: hooks.knob(hook) for hook in (PREPARE_JOB, UPDATE_JOB_INFO, JOB_EXIT)},
-            "initial_update_interval": hooks.initial_update_interval,
-            "update_interval": hooks.update_interval,
-            "timeout": hooks.timeout,
-        }
-        for hook in (PREPARE_JOB, UPDATE_JOB_INFO, JOB_EXIT):
-            program = hooks.program(hook)
-            if program is None:
-                continue
-            where = f"{hooks.knob(hook)} = {program}"
-            try:
-                if self.hooks_dir is None:
-                    raise RefusedExecutableError(f"{where}: the agent has no hooks directory")
-                resolved = resolve_hook(program, self.hooks_dir, where=where)
-            except RefusedExecutableError as err:
-                return JobResult.failure(
-                    records.HOOK_PREPARE_JOB_FAILURE, 0, f"Job hook refused: {err}", at=0.0
-                )
-            spec[hook.lower()] = str(resolved)
-        return spec
 
     def _start_supervisor(self, directory: Path, *, site: bool = False) -> None:
         # A job with hooks needs the ClassAd library from site-packages to read their ads.
@@ -600,6 +534,150 @@ class ProcessLauncher:
     def _mark_killed(self, handle: JobHandle, sig: int) -> None:
         with contextlib.suppress(OSError):
             records.write_atomic(handle.directory / records.KILLED, f"{int(sig)}\n")
+
+
+def job_ids(
+    account: Account | AccountError | None, slot: str, *, switches: bool, euid: int
+) -> JobAccount | JobResult:
+    """The uid and gid the job runs as: the account's numbers, or its name looked up in
+    this node's password file; root is refused whatever named it, and so is an account
+    the decision refused (`AccountError`)."""
+    if isinstance(account, AccountError):
+        return JobResult.failure(
+            records.FAILED_TO_CREATE_PROCESS,
+            errno.EPERM,
+            f"The job's account: {account}",
+            at=0.0,
+        )
+    if not switches:
+        me = euid
+        return JobAccount(
+            None,
+            None,
+            _user_name(me),
+            f"the agent runs as uid {me}, not root, so the job runs as that user "
+            "(without capabilities)",
+        )
+    if account is None:
+        try:
+            account = run_as(RunAsSettings(), owner=None, slot=slot, job_ad=None)
+        except AccountError as err:
+            return JobResult.failure(
+                records.FAILED_TO_CREATE_PROCESS,
+                errno.EPERM,
+                f"The job's account: {err}",
+                at=0.0,
+            )
+    uid, gid = account.uid, account.gid
+    if uid is None or gid is None:
+        try:
+            entry = pwd.getpwnam(account.name)
+        except KeyError:
+            return JobResult.failure(
+                records.FAILED_TO_CREATE_PROCESS,
+                errno.ENOENT,
+                f"The job's account {account.name!r} does not exist on this node "
+                f"({account.reason})",
+                at=0.0,
+            )
+        uid = entry.pw_uid if uid is None else uid
+        gid = entry.pw_gid if gid is None else gid
+    if uid == 0 or gid == 0:
+        return JobResult.failure(
+            records.FAILED_TO_CREATE_PROCESS,
+            errno.EPERM,
+            f"The job's account {account.name!r} is uid {uid} gid {gid}: a job never runs as root",
+            at=0.0,
+        )
+    return JobAccount(uid, gid, account.name, account.reason)
+
+
+def hook_spec_of(hooks: JobHooks, hooks_dir: Path | None) -> dict[str, object] | JobResult:
+    """The spec's `hooks`: each program checked against the hooks directory; a refused
+    one is the job's failure, naming the knob."""
+    spec: dict[str, object] = {
+        "keyword": hooks.keyword,
+        "knobs": {hook: hooks.knob(hook) for hook in (PREPARE_JOB, UPDATE_JOB_INFO, JOB_EXIT)},
+        "initial_update_interval": hooks.initial_update_interval,
+        "update_interval": hooks.update_interval,
+        "timeout": hooks.timeout,
+    }
+    for hook in (PREPARE_JOB, UPDATE_JOB_INFO, JOB_EXIT):
+        program = hooks.program(hook)
+        if program is None:
+            continue
+        where = f"{hooks.knob(hook)} = {program}"
+        try:
+            if hooks_dir is None:
+                raise RefusedExecutableError(f"{where}: the agent has no hooks directory")
+            resolved = resolve_hook(program, hooks_dir, where=where)
+        except RefusedExecutableError as err:
+            return JobResult.failure(
+                records.HOOK_PREPARE_JOB_FAILURE, 0, f"Job hook refused: {err}", at=0.0
+            )
+        spec[hook.lower()] = str(resolved)
+    return spec
+
+
+@dataclass(frozen=True)
+class _Command:
+    """What a job runs: its command line (Apptainer's where it runs there), environment and
+    initial directory; where its own executable is in `argv`; what holds it instead."""
+
+    executable: str
+    iwd: str
+    argv: list[str]
+    environment: dict[str, str]
+    image_test: list[str] | None
+    command_at: int
+    failure: JobResult | None
+
+
+def _launch_spec(
+    handle: JobHandle,
+    runtime: ProcessRuntime | ApptainerRuntime,
+    command: _Command,
+    cgroups: JobCgroups,
+    *,
+    scratch: Path,
+    limits: CgroupLimits | None,
+    hooks: dict[str, object] | None,
+    ids: JobAccount | JobResult,
+    device_procs: list[Path],
+) -> LaunchSpec:
+    """The launch spec the supervisor reads (`records.LaunchSpec`)."""
+    cgroup = handle.cgroup
+    account = ids if isinstance(ids, JobAccount) else None
+    return LaunchSpec(
+        job_id=handle.job_id,
+        slot=handle.slot,
+        cgroup=cgroup,
+        argv=command.argv,
+        executable=command.executable,
+        environment=command.environment,
+        iwd=command.iwd,
+        scratch=str(scratch),
+        input=_in_scratch(runtime.input, scratch),
+        output=_in_scratch(runtime.output, scratch),
+        error=_in_scratch(runtime.error, scratch),
+        job_procs=[str(p) for p in (*cgroups.procs_files(cgroup), *device_procs)],
+        supervisor_procs=[str(p) for p in cgroups.procs_files(SUPERVISORS)],
+        peak_memory_file=_str_or_none(cgroups.peak_memory_file(cgroup)),
+        oom_kills_file=_str_or_none(cgroups.oom_kills_file(cgroup)),
+        memory_limit_mib=(
+            limits.memory_bytes // (1024 * 1024)
+            if limits is not None and limits.memory_bytes is not None
+            else None
+        ),
+        cgroup_kill_file=_str_or_none(cgroups.kill_file(cgroup)),
+        image_test=command.image_test,
+        hooks=hooks,
+        command_at=command.command_at if hooks is not None else None,
+        uid=account.uid if account is not None else None,
+        gid=account.gid if account is not None else None,
+        account=account.name if account is not None else None,
+        account_reason=account.reason if account is not None else None,
+    )
 
 
 def _str_or_none(path: Path | None) -> str | None:
