@@ -112,7 +112,7 @@ class Clock:
 
 def elector(api: FakeLeases, identity: str, clock: Clock) -> LeaderElector:
     return LeaderElector(
-        api,  # type: ignore[arg-type]
+        api,
         namespace="kondor",
         name="kondor-operator",
         identity=identity,

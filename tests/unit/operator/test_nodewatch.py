@@ -8,7 +8,6 @@ from typing import Any
 
 from kondor_core.fleet import NodeFacts
 from kondor_kube.errors import ApiError, GoneError
-from kondor_kube.pacer import Pacer
 from kondor_operator.nodewatch import NodeChanges, NodeWatch
 
 
@@ -136,18 +135,3 @@ def test_the_loop_resumes_from_the_last_version_after_a_broken_connection() -> N
     assert source.watched_from == ["10", "11"], "resumed, not listed again"
     assert sleeps == [0.5]
     assert seen[-1] == {"a": NodeFacts("a", "u-a", {"pool": "p"})}
-
-
-def test_the_pacer_lets_a_burst_through_then_spaces_requests() -> None:
-    now = [0.0]
-    slept: list[float] = []
-
-    def sleep(seconds: float) -> None:
-        slept.append(seconds)
-        now[0] += seconds
-
-    pacer = Pacer(qps=100, burst=2, clock=lambda: now[0], sleep=sleep)
-    waits = [pacer.wait() for _ in range(4)]
-    assert waits[:2] == [0.0, 0.0]
-    assert [round(w, 3) for w in waits[2:]] == [0.01, 0.01]
-    assert Pacer(qps=0, burst=1, clock=lambda: 0.0, sleep=sleep).wait() == 0.0
