@@ -120,6 +120,9 @@ class Usage:
     memory_mib: int | None = None
     peak_memory_mib: int | None = None
     num_pids: int | None = None
+    #: The job's GPU use (GPUsUsage, GPUsMemoryUsage) and its slot's GPUs' own
+    #: (DeviceGPUsAverageUsage, DeviceGPUsMemoryPeakUsage), by HTCondor's names.
+    gpus: dict[str, float | int] | None = None
 
 
 #: The job usage attributes a busy slot's ad carries (HTCondor's names), for the coalescer:
@@ -133,6 +136,10 @@ SLOT_USAGE_ATTRIBUTES = frozenset(
         "MemoryUsage",
         "ResidentSetSize",
         "NumPids",
+        "GPUsUsage",
+        "GPUsMemoryUsage",
+        "DeviceGPUsAverageUsage",
+        "DeviceGPUsMemoryPeakUsage",
     }
 )
 
@@ -157,6 +164,7 @@ def slot_usage_attributes(
         out["ResidentSetSize"] = usage.memory_mib * 1024
     if usage.num_pids is not None:
         out["NumPids"] = usage.num_pids
+    out.update(usage.gpus or {})
     return out
 
 
@@ -282,6 +290,8 @@ class _Answers:
                 ),
                 "peak_memory": usage.peak_memory_mib,
                 "num_pids": usage.num_pids,
+                "gpus_usage": (usage.gpus or {}).get("GPUsUsage"),
+                "gpus_memory_usage": (usage.gpus or {}).get("GPUsMemoryUsage"),
                 "usage_time": format_time(now),
             }
         self.write(

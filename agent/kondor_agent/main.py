@@ -37,6 +37,7 @@ from kondor_agent.cron import CronRunner
 from kondor_agent.detect import register as register_detect
 from kondor_agent.execute.cgroups import CgroupError, JobCgroups
 from kondor_agent.gpu_isolation import GpuDeviceIsolation
+from kondor_agent.gpu_usage import GpuWatch
 from kondor_agent.hostsource import HostMachine
 from kondor_agent.jobs import JobRunner, RuntimeLaunchers
 from kondor_agent.loop import Agent, AgentConfig, LiveFacts, no_live_facts
@@ -326,9 +327,9 @@ class _NodeServices:
         self.jobs = WatchedJobs(api, args.node_name)
         self.pods = PodLauncher(api, args.node_name, hooks_dir=args.hooks_dir)
         launcher = _process_launcher(args)
-        runner = JobRunner(
-            self.jobs, RuntimeLaunchers(process=ProcessJobs(launcher), pod=self.pods), time.time
-        )
+        processes = ProcessJobs(launcher)
+        processes.gpu_watch = GpuWatch.open()  # nothing measured without NVML
+        runner = JobRunner(self.jobs, RuntimeLaunchers(process=processes, pod=self.pods), time.time)
         self.cod_claims = WatchedCodClaims(api, args.node_name)
         cod = CodRunner(self.cod_claims, launcher, args.node_name, clock=time.time)
         self.fetch = FetchWork(

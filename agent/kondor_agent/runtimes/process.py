@@ -23,6 +23,7 @@ from typing import Any
 
 from kondor_agent.execute.cgroups import CgroupError, JobCgroups
 from kondor_agent.execute.limits import ExecuteSettings, SettingsError, slot_limits
+from kondor_agent.gpu_usage import GpuWatch
 from kondor_agent.jobs import Outcome, Usage
 from kondor_agent.runtimes.process_launcher import JobHandle, ProcessLauncher
 from kondor_core.api import ExecutionJob, JobExecution
@@ -58,6 +59,9 @@ class ProcessJobs:
         self.apptainer = ApptainerSettings.from_macros()
         #: The GPU knobs: the job's GPU environment and hidden device nodes.
         self.gpus = GpuSettings.from_macros()
+        #: The jobs' GPU usage (none measured without NVML), and each job's GPUs' UUIDs.
+        self.gpu_watch = GpuWatch(None)
+        self._gpu_devices: dict[str, tuple[str, ...]] = {}
         self._macros: Mapping[str, str] | None = None
         #: Who jobs run as (the policy's run-as knobs and user accounts).
         self.run_as = RunAsSettings()
@@ -118,6 +122,7 @@ class ProcessJobs:
             )
         account = self._account(job, job_id, slot, job_ad_text)
         gpus = slot_gpus(slot.attributes)
+        self._gpu_devices[f"{namespace}.{name}.{number}"] = gpus.uuids or ()
         # The starter's GPU variables win over the job's own (HTCondor sets them last).
         env = {**runtime.environment, **gpu_environment(gpus, self.gpus)}
         return self.launcher.launch(
@@ -194,6 +199,8 @@ class ProcessJobs:
         result = self.launcher.poll(handle)
         if result is None:
             return None
+        self.gpu_watch.forget(handle.job_id)  # its last GPU figures were written running
+        self._gpu_devices.pop(handle.job_id, None)
         cgroups = self.launcher.cgroups
         if cgroups.enabled and cgroups.exists(handle.cgroup):
             _end_cgroup(cgroups, handle.cgroup)  # the output stays; the cgroup is done
@@ -252,6 +259,11 @@ class ProcessJobs:
                 None if used.peak_memory_bytes is None else -(-used.peak_memory_bytes // _MIB)
             ),
             num_pids=used.num_pids,
+            gpus=self.gpu_watch.measure(
+                handle.job_id,
+                cgroups.pids(handle.cgroup),
+                self._gpu_devices.get(handle.job_id, ()),
+            ),
         )
 
     def ended(self, handle: JobHandle) -> bool:

@@ -330,6 +330,14 @@ class JobExecution(Model):
         default=None, description="ResidentSetSize (KiB): its memory at the last update"
     )
     num_pids: int | None = Field(default=None, description="NumPids: its processes now")
+    gpus_usage: float | None = Field(
+        default=None,
+        description="GPUsUsage: its processes' GPU use over its run, a fraction of one GPU "
+        "(NVML's per-process samples)",
+    )
+    gpus_memory_usage: int | None = Field(
+        default=None, description="GPUsMemoryUsage (MiB): the most GPU memory it has held"
+    )
     job_current_start_executing_date: int | None = Field(
         default=None,
         description="JobCurrentStartExecutingDate (seconds since the epoch): this run's start",
