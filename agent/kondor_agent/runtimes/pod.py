@@ -59,11 +59,14 @@ from kondor_core.api import EXECUTION_POINT_LABEL, ExecutionJob, JobExecution
 from kondor_core.api.job import ExecutionAccount
 from kondor_core.api.meta import parse_time
 from kondor_core.classads import ExpressionError, parse_ad
+from kondor_core.jobs.gpus import GpuSettings
 from kondor_core.jobs.hooks import HOOK_PREPARE_JOB_FAILURE
 from kondor_core.jobs.pod import (
     DEDICATED,
     HARVEST_PRIORITY_CLASS,
+    VISIBLE_DEVICES,
     AdsTooLargeError,
+    gpu_pod_devices,
     job_pod,
     pod_mode,
     pod_name,
@@ -184,6 +187,9 @@ class PodLauncher:
         self.cgroup_root = cgroup_root
         self.mode = DEDICATED
         self.priority_class = HARVEST_PRIORITY_CLASS
+        #: How a pod gets its slot's GPUs (KONDOR_GPU_POD_DEVICES), and the GPU knobs.
+        self.gpu_devices = VISIBLE_DEVICES
+        self.gpus = GpuSettings()
         #: The most a job's pod template may ask for here (the SlotPolicy's podSecurity).
         self.pod_security = RESTRICTED
         #: Who a job's pod runs as when its template names no user (kondor_core.jobs.runas).
@@ -210,6 +216,12 @@ class PodLauncher:
         level (KONDOR_POD_SECURITY); its job hooks."""
         self.mode, self.priority_class = pod_mode(macros)
         self.pod_security = pod_security_level(macros)
+        self.gpus = GpuSettings.from_macros(macros)
+        try:
+            self.gpu_devices = gpu_pod_devices(macros)
+        except ValueError as err:
+            log.error("%s; pods get their GPUs by %s", err, VISIBLE_DEVICES)
+            self.gpu_devices = VISIBLE_DEVICES
         try:
             self.run_as = RunAsSettings.from_macros(macros)
         except AccountError as err:
@@ -258,6 +270,8 @@ class PodLauncher:
                 mode=self.mode,
                 priority_class=self.priority_class,
                 run_as=(account.uid, account.gid),
+                gpu_devices=self.gpu_devices,
+                gpu_settings=self.gpus,
             )
         except AdsTooLargeError as err:
             self._refuse(handle, f"Cannot create the job's pod: {err}", FAILED_TO_CREATE_PROCESS)
