@@ -35,6 +35,7 @@ the interpreter's recursion limit). Either bound is a MacroError naming the knob
 
 from __future__ import annotations
 
+import operator
 import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
@@ -97,10 +98,20 @@ class Definition:
     name: str
     value: str
     origin: Origin
+    #: The upper-case name, which macro names are compared by (computed once: expansion
+    #: compares it with every definition on the stack at each reference).
+    key: str = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "key", self.name.upper())
 
     @property
     def is_builtin(self) -> bool:
         return self.origin.source == BUILTIN
+
+
+#: A definition's upper-case name, for `in map(_KEY_OF, stack)`.
+_KEY_OF = operator.attrgetter("key")
 
 
 class SnippetError(KondorError):
@@ -190,7 +201,7 @@ class MacroTable:
     def _expand_definition(
         self, definition: Definition, stack: tuple[Definition, ...], level: int
     ) -> Expansion:
-        key = definition.name.upper()
+        key = definition.key
         cached = self._cache.get(key)
         if cached is not None and self.get(definition.name) is definition:
             return cached
@@ -290,17 +301,15 @@ class MacroTable:
             raise MacroError(f"{_where(stack)}: $({inner}) does not name a macro")
         definition = self.get(name)
         if definition is not None and (definition.value.strip() or not has_default):
-            chain = [d.name.upper() for d in stack]
-            if definition.name.upper() in chain:
+            if definition.key in map(_KEY_OF, stack):  # C-level: this runs at every reference
+                chain = [d.key for d in stack]
                 cycle = " -> ".join([*(d.name for d in stack), definition.name])
-                members = sorted(
-                    {d.name.upper() for d in stack[chain.index(definition.name.upper()) :]}
-                )
+                members = sorted({d.key for d in stack[chain.index(definition.key) :]})
                 raise MacroError(
                     f"{_where(stack)}: $({name}) refers back to itself: {cycle}",
                     key=f"cycle {' '.join(members)}",
                 )
-            used.add(definition.name.upper())
+            used.add(definition.key)
             expansion = self._expand_definition(definition, stack, level)
             used.update(expansion.used)
             return expansion.value
@@ -376,6 +385,8 @@ def _split_top(text: str) -> list[str]:
 
 def _append_self(name: str, value: str, previous: Definition | None) -> str:
     """Expand `$(NAME)` inside NAME's own new value against its previous value (appending)."""
+    if name.upper() not in value.upper():
+        return value  # no $(NAME) in it; spares compiling a pattern per definition
     pattern = re.compile(r"\$\(\s*" + re.escape(name) + r"\s*(?::([^()]*))?\)", re.IGNORECASE)
     if not pattern.search(value):
         return value
