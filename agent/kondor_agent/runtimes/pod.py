@@ -334,7 +334,7 @@ class PodLauncher:
         side = PodSide(
             create=lambda made: self._create(handle.namespace, made),
             outcome=lambda: self._pod_outcome(handle),
-            terminated=lambda: self._terminated(handle),
+            terminated=lambda: first_termination(self._pod(handle)),
             attributes=lambda started: running_attributes(
                 self._pod(handle), self._identity(handle), self.cgroup_root, started
             ),
@@ -371,12 +371,7 @@ class PodLauncher:
         return self._pod_ended(handle)
 
     def _pod_ended(self, handle: PodHandle) -> bool:
-        with self._lock:
-            pod = self._pods.get((handle.namespace, handle.name))
-        return pod is not None and (pod.get("status") or {}).get("phase") in (
-            "Succeeded",
-            "Failed",
-        )
+        return pod_ended(self._pod(handle))
 
     def poll(self, handle: PodHandle) -> Outcome | None:
         refused = self._refused_outcome(handle)
@@ -387,16 +382,6 @@ class PodLauncher:
             with run._lock:
                 return run.outcome
         return self._pod_outcome(handle)
-
-    def _terminated(self, handle: PodHandle) -> Mapping[str, Any] | None:
-        """The first container's `terminated` state the watch saw, None when none."""
-        with self._lock:
-            pod = self._pods.get((handle.namespace, handle.name)) or {}
-        for container in (pod.get("status") or {}).get("containerStatuses") or []:
-            done = (container.get("state") or {}).get("terminated")
-            if done:
-                return dict(done)
-        return None
 
     def _kill_now(self, handle: PodHandle, number: int) -> None:
         """A kill asked for while the hooks' thread was creating the Pod."""
@@ -439,10 +424,7 @@ class PodLauncher:
         number = _signal_number(signal)
         with contextlib.suppress(OSError):
             pod_cgroup.set_frozen(directory, False)  # a frozen process acts on no signal
-        for pid in pod_cgroup.pod_processes(*cgroup, self.cgroup_root):
-            if not pod_cgroup.is_pause(pid):
-                with contextlib.suppress(ProcessLookupError, PermissionError):
-                    os.kill(pid, number)
+        signal_pod(cgroup, self.cgroup_root, number, pause_too=False)
 
     def hard_kill(self, handle: PodHandle) -> None:
         """Delete the pod at once and kill whatever is left in its cgroup."""
@@ -454,9 +436,7 @@ class PodLauncher:
         cgroup = self._identity(handle)
         self._delete(handle, 0)
         if cgroup is not None:
-            for pid in pod_cgroup.pod_processes(*cgroup, self.cgroup_root):
-                with contextlib.suppress(ProcessLookupError, PermissionError):
-                    os.kill(pid, signals.SIGKILL)
+            signal_pod(cgroup, self.cgroup_root, signals.SIGKILL, pause_too=True)
 
     def suspend(self, handle: PodHandle) -> None:
         directory = self._freezer(handle)
@@ -612,6 +592,29 @@ def pod_account(
     log.info("%s's pod runs as %s (uid %s gid %s): %s", job_id, account.name, uid, gid,
              account.reason)  # fmt: skip
     return dataclasses.replace(account, uid=uid, gid=gid)
+
+
+def pod_ended(pod: Mapping[str, Any]) -> bool:
+    """Whether the pod has ended (Succeeded or Failed)."""
+    return (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed")
+
+
+def first_termination(pod: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    """The first container's `terminated` state the watch saw, None when none."""
+    for container in (pod.get("status") or {}).get("containerStatuses") or []:
+        done = (container.get("state") or {}).get("terminated")
+        if done:
+            return dict(done)
+    return None
+
+
+def signal_pod(cgroup: tuple[str, str], root: Path, number: int, *, pause_too: bool) -> None:
+    """Signal `number` to the pod's processes in its cgroup (its UID and QoS class), the
+    sandbox's pause too or not."""
+    for pid in pod_cgroup.pod_processes(*cgroup, root):
+        if pause_too or not pod_cgroup.is_pause(pid):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, number)
 
 
 def pod_identity(pod: Mapping[str, Any]) -> tuple[str, str] | None:

@@ -343,26 +343,7 @@ class ProcessLauncher:
         self._prepared = True
 
     def _start_supervisor(self, directory: Path, *, site: bool = False) -> None:
-        # A job with hooks needs the ClassAd library from site-packages to read their ads.
-        flags = [] if site else ["-S"]
-        with open(directory / records.SUPERVISOR_LOG, "ab") as log:
-            outer = subprocess.Popen(
-                [self._python, *flags, "-m", "kondor_agent.execute.supervisor", str(directory)],
-                env=self._supervisor_env,
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=log,
-                cwd=directory,
-                close_fds=True,
-                start_new_session=True,
-            )
-        # The first process only forks the supervisor and records its pid, then exits.
-        if outer.wait() != 0 or not (directory / records.SUPERVISOR_PID).exists():
-            log_text = (directory / records.SUPERVISOR_LOG).read_text(errors="replace")
-            raise LaunchError(
-                f"the supervisor for {directory} did not start (exit {outer.returncode}): "
-                f"{log_text[-2000:]}"
-            )
+        start_supervisor(self._python, self._supervisor_env, directory, site=site)
 
     # -- watching ----------------------------------------------------------------------
 
@@ -590,6 +571,33 @@ def job_ids(
             at=0.0,
         )
     return JobAccount(uid, gid, account.name, account.reason)
+
+
+def start_supervisor(
+    python: str, env: Mapping[str, str], directory: Path, *, site: bool = False
+) -> None:
+    """Start the job's detached supervisor (`python -m kondor_agent.execute.supervisor`);
+    returns once it has recorded its pid (LaunchError when it did not start)."""
+    # A job with hooks needs the ClassAd library from site-packages to read their ads.
+    flags = [] if site else ["-S"]
+    with open(directory / records.SUPERVISOR_LOG, "ab") as log:
+        outer = subprocess.Popen(
+            [python, *flags, "-m", "kondor_agent.execute.supervisor", str(directory)],
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=log,
+            cwd=directory,
+            close_fds=True,
+            start_new_session=True,
+        )
+    # The first process only forks the supervisor and records its pid, then exits.
+    if outer.wait() != 0 or not (directory / records.SUPERVISOR_PID).exists():
+        log_text = (directory / records.SUPERVISOR_LOG).read_text(errors="replace")
+        raise LaunchError(
+            f"the supervisor for {directory} did not start (exit {outer.returncode}): "
+            f"{log_text[-2000:]}"
+        )
 
 
 def hook_spec_of(hooks: JobHooks, hooks_dir: Path | None) -> dict[str, object] | JobResult:
