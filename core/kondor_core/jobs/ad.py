@@ -61,6 +61,13 @@ LIFE_ATTRIBUTES = frozenset(
     }
 )
 
+#: The attributes the schedd sets in a queued job's ad (`job_ad`): never the user's to give
+#: (admission refuses them among a spec's extra attributes). DeferralTime is left out: a
+#: spec's `+DeferralTime` attribute only shows in the ad (docs/jobs.md).
+SCHEDD_ATTRIBUTES = frozenset(
+    {"ClusterId", "ProcId", "GlobalJobId", "QDate"} | (LIFE_ATTRIBUTES - {"DeferralTime"})
+)
+
 
 def job_key(namespace: str | None, name: str) -> str:
     """The one key format of a job, everywhere (the schedd's cycle, the startd's claims, the

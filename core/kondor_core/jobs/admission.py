@@ -23,7 +23,7 @@ from kondor_core.api.job import RUNTIMES, ExecutionJobSpec
 from kondor_core.api.manifest import describe_errors
 from kondor_core.errors import KondorError
 from kondor_core.inputs import InputError, check_document
-from kondor_core.jobs.ad import submit_ad
+from kondor_core.jobs.ad import SCHEDD_ATTRIBUTES, submit_ad
 from kondor_core.jobs.podsecurity import RESTRICTED, violations
 
 #: The operations an admission request names (CONNECT never reaches an ExecutionJob).
@@ -44,8 +44,9 @@ IMMUTABLE = (
 )
 
 #: Job ad attributes Kondor sets itself: an extra attribute may not replace them (an
-#: `Owner` attribute would let a user be charged as someone else).
-_ASSIGNED = ("Owner", "ClusterId", "ProcId", "GlobalJobId", "QDate", "JobStatus", "MyType")
+#: `Owner` attribute would let a user be charged as someone else; the schedd's, such as
+#: NumJobStarts or EnteredCurrentStatus, come from the job's status).
+_ASSIGNED = ("Owner", "MyType", *sorted(SCHEDD_ATTRIBUTES))
 #: Job ad attributes that have a spec field of their own.
 _FROM_FIELDS = {
     "RequestCpus": "requestCpus",
