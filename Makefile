@@ -24,10 +24,11 @@ fmt: venv ## Format and fix imports
 	$(BIN)/ruff format $(SRC) tests bench tools
 	$(BIN)/ruff check --fix $(SRC) tests bench tools
 
-lint: venv ## ruff (lint and format check) and import-linter layer contracts
+lint: venv ## ruff (lint and format check), import-linter layer contracts, function and class sizes
 	$(BIN)/ruff check $(SRC) tests bench tools
 	$(BIN)/ruff format --check $(SRC) tests bench tools
 	$(BIN)/lint-imports
+	$(BIN)/python tools/check_sizes.py core agent
 
 typecheck: venv ## mypy --strict with the pydantic plugin
 	$(BIN)/mypy $(PKGS)
@@ -53,8 +54,12 @@ TEST_WORKERS ?= 0
 test: venv controlplane helm image ## Unit and integration tests, TEST_WORKERS at a time (builds the control plane and the image, fetches helm; cached)
 	$(BIN)/pytest -n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder
 
-unit: venv ## Unit tests only (no control plane needed)
-	$(BIN)/pytest tests/unit
+# Workers for `make unit`: two (pytest-xdist), the cores CI and the dev machine have. The
+# bytecode cache is kept even where PYTHONDONTWRITEBYTECODE is set: without it each worker
+# compiles every module and re-rewrites every test module's asserts (about 5 s a run).
+UNIT_WORKERS ?= 2
+unit: venv ## Unit tests only (no control plane needed), UNIT_WORKERS at a time
+	env -u PYTHONDONTWRITEBYTECODE $(BIN)/pytest -n $(UNIT_WORKERS) tests/unit
 
 FUZZ_EXAMPLES ?= 20000
 fuzz: venv ## Fuzz every parser and the admission webhook's validation (~10 min; issue 18)
