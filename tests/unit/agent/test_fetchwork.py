@@ -304,7 +304,9 @@ T_HOOK_REPLY_FETCH = reply.sh
 T_HOOK_EVICT_CLAIM = evict.sh
 FetchWorkDelay = 30
 """
-REPLY = 'echo "$1" >> "$(dirname "$0")/replies"\ncat > "$(dirname "$0")/reply-$1.in"\n'
+# The reply's input is written before `replies`, which the tests wait for: read the other way
+# round, a loaded machine let a test read a half-written reply-accept.in.
+REPLY = 'cat > "$(dirname "$0")/reply-$1.in"\necho "$1" >> "$(dirname "$0")/replies"\n'
 
 
 def steps_until(agent: Agent, check: Callable[[], Any], what: str) -> Any:
