@@ -17,6 +17,7 @@ runs the built-in Mips and KFlops benchmarks.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import logging
 import os
@@ -34,6 +35,7 @@ from typing import TYPE_CHECKING, Any
 from kondor_agent.backfill import BackfillRunner, KubeBackfillPods
 from kondor_agent.benchmarks import BenchmarkRunner, measure
 from kondor_agent.cron import CronRunner
+from kondor_agent.detect import FakeNvml, detect_machine
 from kondor_agent.detect import register as register_detect
 from kondor_agent.execute.cgroups import CgroupError, JobCgroups
 from kondor_agent.gpu_isolation import GpuDeviceIsolation
@@ -80,6 +82,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="the node (and ExecutionPoint) this agent serves; default $NODE_NAME",
     )
     parser.add_argument("--machine", type=Path, help="machine description YAML (simulated node)")
+    parser.add_argument(
+        "--nvml-recording",
+        type=Path,
+        help="answer NVML from this recording (kondor_agent.detect.FakeNvml) instead of the "
+        "host's libnvidia-ml: recorded GPUs on a host without any (the dev cluster's real node)",
+    )
     parser.add_argument(
         "--policy", type=Path, help="SlotPolicy manifest YAML (with --oneshot --no-publish)"
     )
@@ -180,13 +188,21 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _host(args: argparse.Namespace, read_node: Callable[[], Any]) -> HostMachine:
     name = args.node_name or socket.gethostname()
+    nvml = _nvml(args)
     return HostMachine(
         node_name=name,
         root=args.host_root,
         execute_dir=args.execute_dir,
         read_node=read_node,
         clock=time.time,
+        detect=detect_machine if nvml is None else functools.partial(detect_machine, nvml=nvml),
     )
+
+
+def _nvml(args: argparse.Namespace) -> FakeNvml | None:
+    """The recorded NVML --nvml-recording names; None: the host's own (pynvml)."""
+    path = getattr(args, "nvml_recording", None)
+    return None if path is None else FakeNvml.load(path)
 
 
 def _machine_file(path: Path) -> tuple[Callable[[], Machine], LiveFacts]:
@@ -328,7 +344,7 @@ class _NodeServices:
         self.pods = PodLauncher(api, args.node_name, hooks_dir=args.hooks_dir)
         launcher = _process_launcher(args)
         processes = ProcessJobs(launcher)
-        processes.gpu_watch = GpuWatch.open()  # nothing measured without NVML
+        processes.gpu_watch = GpuWatch.open(_nvml(args))  # nothing measured without NVML
         runner = JobRunner(self.jobs, RuntimeLaunchers(process=processes, pod=self.pods), time.time)
         self.cod_claims = WatchedCodClaims(api, args.node_name)
         cod = CodRunner(self.cod_claims, launcher, args.node_name, clock=time.time)

@@ -81,6 +81,8 @@ class ClusterSpec:
     real_node: str | None = None
     #: A machine file whose labels the real node gets (its facts come from the host itself).
     real_node_machine: Path | None = None
+    #: An NVML recording the real node's agent answers GPU questions from (its GPUs).
+    real_node_nvml: Path | None = None
     #: OCI image archives imported into the real node's containerd before it is Ready.
     images: tuple[Path, ...] = ()
 
@@ -700,7 +702,9 @@ class DevCluster:
         self._write_agent_kubeconfig(node)
         process = self._spawn_command(
             kondor.agent_name(node),
-            kondor.agent_args(self.layout, node, machine),
+            kondor.agent_args(
+                self.layout, node, machine, nvml=None if machine else self.spec.real_node_nvml
+            ),
             essential=False,
         )
         self._say(f"Kondor agent for {node} started (log {process.log})")

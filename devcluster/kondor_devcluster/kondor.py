@@ -123,11 +123,17 @@ def agent_cgroup_root(layout: Layout, node: str) -> str:
 
 
 def agent_args(
-    layout: Layout, node: str, machine: Path | None, python: str = sys.executable
+    layout: Layout,
+    node: str,
+    machine: Path | None,
+    python: str = sys.executable,
+    *,
+    nvml: Path | None = None,
 ) -> list[str]:
     """One node's agent: a simulated node's reads its machine file, the real node's (None)
-    detects this host."""
+    detects this host (its GPUs from the NVML recording `nvml`, when given)."""
     facts = [] if machine is None else ["--machine", str(machine)]
+    facts += [] if nvml is None else ["--nvml-recording", str(nvml)]
     return [
         python,
         "-m",
