@@ -59,6 +59,7 @@ def cron_jobs(r: KnobReader) -> tuple[tuple[cron.CronJob, ...], cron.CronSetting
 
 
 def _cron_settings(r: KnobReader, base: str) -> cron.CronSettings:
+    """<base>_MAX_JOB_LOAD, _LOG_NON_ZERO_EXIT and _AUTOPUBLISH."""
     max_load = cron.DEFAULT_MAX_JOB_LOAD
     found = r.knob(f"{base}_MAX_JOB_LOAD")
     if found is not None:
@@ -80,6 +81,7 @@ def _cron_settings(r: KnobReader, base: str) -> cron.CronSettings:
 
 
 def _load(r: KnobReader, value: str, label: str, *, default: float) -> float:
+    """A job load: a number >= 0."""
     result = _constant(value)
     if isinstance(result, int | float) and not isinstance(result, bool) and result >= 0:
         return float(result)
@@ -88,6 +90,9 @@ def _load(r: KnobReader, value: str, label: str, *, default: float) -> float:
 
 
 def _snippet_cron_job(r: KnobReader, base: str, name: str, listed_by: str) -> cron.CronJob | None:
+    """One job of <base>_JOBLIST from its <base>_<name>_* knobs; None (with the problems
+    reported) where it cannot run."""
+
     def knob(item: str) -> tuple[str, Definition] | None:
         return r.knob(f"{base}_{name}_{item}")
 
@@ -182,6 +187,7 @@ def _resource_monitor(r: KnobReader, base: str, name: str, metrics: Definition) 
 
 
 def _cron_value(r: KnobReader, reader: Any, found: tuple[str, Definition]) -> Any:
+    """A cron knob read by `reader`; None (and a problem) where it is wrong."""
     try:
         return reader(found[0], field=_label(found[1]))
     except cron.CronError as err:
@@ -190,6 +196,7 @@ def _cron_value(r: KnobReader, reader: Any, found: tuple[str, Definition]) -> An
 
 
 def _spec_cron_job(r: KnobReader, index: int, spec: CronJobSpec) -> cron.CronJob | None:
+    """One of spec.cron; None (and a problem) where it is wrong."""
     where = f"spec.cron[{index}]"
     mode = cron.CronMode(spec.mode)
     period = 0

@@ -108,6 +108,7 @@ def machine_resources(
 def _enabled(
     r: KnobReader, resource: str, names: tuple[str, ...] | None, definition: Definition
 ) -> bool:
+    """Whether MACHINE_RESOURCE_NAMES (when set) enables the resource; a warning if not."""
     if names is None or resource.lower() in {name.lower() for name in names}:
         return True
     r.warnings.append(
@@ -146,6 +147,7 @@ def _resource_quantity(
 
 
 def _override(r: KnobReader, resource: str, existing: Mapping[str, object], by: str) -> None:
+    """A warning where a structured field overrides a MACHINE_RESOURCE_<name>."""
     for name in existing:
         if name.lower() == resource.lower():
             r.warnings.append(f"{by} overrides MACHINE_RESOURCE_{name} from condorConfig")

@@ -93,6 +93,7 @@ def attributes(r: KnobReader) -> tuple[dict[str, str], dict[int, dict[str, str]]
 
 
 def _attribute_list(r: KnobReader, knob: str) -> list[tuple[str, str]]:
+    """The attribute names a list knob (STARTD_ATTRS, ...) names, with where."""
     found = r.knob(knob)
     if found is None:
         return []
@@ -100,6 +101,7 @@ def _attribute_list(r: KnobReader, knob: str) -> list[tuple[str, str]]:
 
 
 def _names_in(r: KnobReader, value: str, definition: Definition) -> list[tuple[str, str]]:
+    """The attribute names in a list; a problem for each that is not a name."""
     names = []
     for name in _split_list(value):
         if _ATTRIBUTE.fullmatch(name):
@@ -113,6 +115,7 @@ def _names_in(r: KnobReader, value: str, definition: Definition) -> list[tuple[s
 
 
 def _attribute_value(r: KnobReader, name: str, lister: str, slot: int | None = None) -> str | None:
+    """The value of an attribute a list names: SLOT<N>_<attr> on slot N, else <attr>."""
     found = r.knob(f"SLOT{slot}_{name}") if slot is not None else None
     found = found or r.knob(name, builtin=True)
     if found is None:
@@ -128,6 +131,7 @@ def _attribute_value(r: KnobReader, name: str, lister: str, slot: int | None = N
 
 
 def _slot_attribute_lists(r: KnobReader) -> dict[int, dict[str, str]]:
+    """SLOT<N>_STARTD_ATTRS: the attributes slot N advertises besides STARTD_ATTRS."""
     slot_attrs: dict[int, dict[str, str]] = {}
     for match, definition in r.matching(_SLOT_LIST):
         slot = int(match.group(1))
@@ -163,6 +167,7 @@ def _slot_attribute_values(
 
 
 def _unlisted_slot_attribute(r: KnobReader, definition: Definition, slot: int, attr: str) -> str:
+    """The warning for SLOT<N>_<attr> where slot N does not advertise <attr>."""
     reason = knobs.PER_SLOT_UNIMPLEMENTED.get(attr.upper())
     if reason is not None:
         return (

@@ -40,6 +40,8 @@ _TYPE_KNOB = re.compile(
 def slot_types(
     r: KnobReader, machine_policy: bool, machine_consumption: Mapping[str, str]
 ) -> tuple[SlotTypeDef, ...]:
+    """The slot types: the snippet's SLOT_TYPE_<N>, overridden by spec.slotTypes of the same
+    id, then NUM_SLOTS where no type has a count."""
     from_snippet, labels = _snippet_slot_types(r, machine_policy, machine_consumption)
     types = dict(from_snippet)
     for index, slot_type in enumerate(r.spec.slot_types):
@@ -57,6 +59,8 @@ def slot_types(
 def _snippet_slot_types(
     r: KnobReader, machine_policy: bool, machine_consumption: Mapping[str, str]
 ) -> tuple[dict[int, SlotTypeDef], dict[int, list[str]]]:
+    """The snippet's slot types by id, and the knobs that set each (for override
+    warnings)."""
     knobs_by_type: dict[int, dict[str, tuple[str, Definition] | None]] = {}
     extra: dict[int, dict[str, tuple[str, Definition]]] = {}
     labels: dict[int, list[str]] = {}
@@ -121,6 +125,7 @@ def _snippet_slot_type(
 
 
 def _snippet_shares(r: KnobReader, found: tuple[str, Definition] | None) -> ShareSpec | None:
+    """SLOT_TYPE_<N>: the type's shares of the machine (all of it when unset)."""
     if found is None:
         return ShareSpec()
     value, definition = found
@@ -134,6 +139,7 @@ def _snippet_shares(r: KnobReader, found: tuple[str, Definition] | None) -> Shar
 def _snippet_count(
     r: KnobReader, type_id: int, found: Mapping[str, tuple[str, Definition] | None]
 ) -> int | str | None:
+    """NUM_SLOTS_TYPE_<N>: how many slots of the type (0 when unset, with a warning)."""
     counted, shares = found.get("count"), found.get("shares")
     if counted is not None:
         return _count(r, *counted)
@@ -187,6 +193,7 @@ def _spec_slot_type(
     machine_policy: bool,
     machine_consumption: Mapping[str, str],
 ) -> SlotTypeDef | None:
+    """One of spec.slotTypes, with its consumption policy."""
     where = f"spec.slotTypes[{index}]"
     try:
         if isinstance(slot_type.resources, str):

@@ -325,6 +325,7 @@ class _Cycle:
     def _step(
         self, index: int, job_ad: Any, events: Sequence[Event], machine: MachineContext
     ) -> None:
+        """Step slot `index` with `events` in the machine context `machine`."""
         slot = self.slots[index]
         new_slot, slot_actions = step(
             self.policy, slot, self.facts_for(slot), job_ad, self.now, events, machine=machine

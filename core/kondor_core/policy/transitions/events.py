@@ -60,6 +60,8 @@ COD_ENDED = "no COD job active"
 
 
 def handle(st: Stepper, event: Event) -> None:
+    """One event, by its kind, to its handler (the short ones inline: a lease renewed, a
+    preempting claim withdrawn, benchmarks done (4), the backfill client started (26))."""
     s = st.s
     if isinstance(event, Match):
         on_match(st, event)
@@ -134,6 +136,9 @@ def on_resume_for_cod(st: Stepper) -> None:
 
 
 def on_match(st: Stepper, event: Match) -> None:
+    """The negotiator's match: Unclaimed to Matched (6) or Claimed (5), a preempting claim on a
+    Claimed slot, Backfill evicted for it (28, then 31/32); refused where the slot cannot take
+    it."""
     s = st.s
     try:
         claim = st.new_claim(
@@ -189,6 +194,8 @@ def on_match(st: Stepper, event: Match) -> None:
 
 
 def preempting_claim_refusal(st: Stepper, claim: Claim) -> str | None:
+    """Why a Claimed slot refuses a preempting claim, None when it takes it (RANK or user
+    priority above the current claim's)."""
     s = st.s
     if s.pending_claim is not None:
         return "a preempting claim is already waiting"
@@ -201,6 +208,7 @@ def preempting_claim_refusal(st: Stepper, claim: Claim) -> str | None:
 
 
 def on_claim_request(st: Stepper, event: ClaimRequest) -> None:
+    """The schedd claims a matched slot: Matched to Claimed/Idle (9); refused otherwise."""
     s = st.s
     pending = s.pending_claim
     if s.state is State.MATCHED and pending is not None and pending.claim_id == event.claim_id:
@@ -220,6 +228,8 @@ def on_claim_request(st: Stepper, event: ClaimRequest) -> None:
 
 
 def on_activate(st: Stepper, event: ActivateClaim) -> None:
+    """The schedd activates the claim: Claimed/Idle to Busy (11) and the job starts, unless the
+    claim is closing or START refuses the job."""
     s = st.s
     claim = s.claim
     if s.state is not State.CLAIMED or s.activity is not Activity.IDLE or claim is None:
@@ -268,6 +278,8 @@ def on_activate(st: Stepper, event: ActivateClaim) -> None:
 
 
 def on_job_end(st: Stepper, event: JobExited | JobGone) -> None:
+    """The job exited or its processes are gone: Busy/Suspended to Idle (12), Retiring to
+    Preempting (18), Preempting left (22-25)."""
     s = st.s
     what = "job exited" if isinstance(event, JobExited) else "job processes gone"
     if isinstance(event, JobExited):
@@ -284,6 +296,7 @@ def on_job_end(st: Stepper, event: JobExited | JobGone) -> None:
 
 
 def on_release(st: Stepper) -> None:
+    """The schedd releases the claim: Matched to Owner (8), Claimed to Preempting (10)."""
     s = st.s
     if s.state is State.MATCHED:
         change(st, State.OWNER, Activity.IDLE, "match released by the schedd", 8)
@@ -293,6 +306,8 @@ def on_release(st: Stepper) -> None:
 
 
 def on_vacate(st: Stepper, event: Vacate) -> None:
+    """condor_vacate [-fast]: Matched to Owner (8), the claim evicted (10), Vacating to Killing
+    (21), backfill evicted."""
     s = st.s
     reason = "vacate -fast" if event.fast else "vacate"
     if s.state is State.MATCHED:
@@ -312,6 +327,8 @@ def on_vacate(st: Stepper, event: Vacate) -> None:
 
 
 def on_shutdown(st: Stepper, event: Shutdown) -> None:
+    """condor_off -graceful/-peaceful/-fast: Matched to Owner (8), the claim retired or killed,
+    Vacating to Killing (21), backfill evicted, Unclaimed to Owner (2)."""
     s = st.s
     reason = f"shutdown-{event.mode}"
     st.replace(shutting_down=event.mode)
@@ -335,6 +352,8 @@ def on_shutdown(st: Stepper, event: Shutdown) -> None:
 
 
 def on_drain(st: Stepper, event: Drain) -> None:
+    """condor_drain (machine-wide, through step_machine): Matched to Owner (8), the claim retired
+    (graceful) or evicted (quick, fast), Vacating to Killing (21), backfill evicted."""
     if st.machine.draining is None:
         raise EngineError(f"{st.s.name}: draining is machine-wide; pass Drain to step_machine")
     s = st.s
@@ -362,6 +381,7 @@ def on_drain(st: Stepper, event: Drain) -> None:
 
 
 def evict_backfill(st: Stepper, reason: str) -> None:
+    """Evict the backfill client: Backfill/Idle leaves at once, Busy goes Killing (28)."""
     s = st.s
     st.replace(destination=State.OWNER, pending_claim=None)
     if s.activity is Activity.IDLE:
@@ -371,6 +391,7 @@ def evict_backfill(st: Stepper, reason: str) -> None:
 
 
 def on_backfill_exit(st: Stepper) -> None:
+    """The backfill client exited: Killing to Idle (29) and on, Busy to Idle (27)."""
     s = st.s
     if s.state is not State.BACKFILL:
         return

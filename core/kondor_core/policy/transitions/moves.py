@@ -32,6 +32,9 @@ def change(
     reason: str,
     number: int | None = None,
 ) -> None:
+    """Move the slot to `state`/`activity`, recording the transition (with the reference's
+    `number`), then carry out what entering it does (`enter`). A job leaving Suspended is
+    resumed."""
     s = st.s
     if s.state is state and s.activity is activity:
         return
@@ -72,6 +75,9 @@ def change(
 
 
 def enter(st: Stepper, state: State, activity: Activity, reason: str, state_changed: bool) -> None:
+    """What entering a state does: Owner drops the claims (and may go Drained (36) or Unclaimed
+    (1)), Claimed suspends or retires the job, Preempting soft- or hard-kills it, Backfill starts
+    or kills the client; a dynamic slot in Owner or Unclaimed is released."""
     s = st.s
     if state is State.OWNER:
         drop_claims(st, reason)
@@ -127,6 +133,7 @@ def enter(st: Stepper, state: State, activity: Activity, reason: str, state_chan
 
 
 def delete(st: Stepper, reason: str) -> None:
+    """Release a dynamic slot (its resources go back to the partitionable slot)."""
     st.act(
         ActionKind.RELEASE_DYNAMIC_SLOT,
         reason,
@@ -138,6 +145,7 @@ def delete(st: Stepper, reason: str) -> None:
 
 
 def drop_claims(st: Stepper, reason: str) -> None:
+    """Release the current and any preempting claim, and forget where the slot was heading."""
     s = st.s
     if s.claim is not None:
         st.act(ActionKind.RELEASE_CLAIM, reason)
@@ -175,6 +183,8 @@ def preempt(st: Stepper, reason: str, *, number: int | None = None, fast: bool =
 
 
 def leave_preempting(st: Stepper, why: str) -> None:
+    """The job is gone: to Claimed/Idle for a waiting preempting claim (23, 24), else to
+    Owner (22, 25)."""
     s = st.s
     killing = s.activity is Activity.KILLING
     cause = s.retire_reason or "preempted"

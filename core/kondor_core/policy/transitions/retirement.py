@@ -24,6 +24,7 @@ INF = math.inf
 
 
 def in_retirement(st: Stepper) -> bool:
+    """Whether the claim is being retired: a preempting claim waits, or it may not un-retire."""
     return st.s.pending_claim is not None or not may_unretire(st)
 
 
@@ -44,6 +45,8 @@ def draining_refuses(st: Stepper) -> bool:
 
 
 def may_unretire(st: Stepper) -> bool:
+    """Whether a retiring claim may go back to Busy: no drain or shutdown applies, nothing
+    made its retirement irreversible, no preempting claim waits."""
     claim = st.s.claim
     return (
         not drain_applies(st)
@@ -111,6 +114,8 @@ def max_vacate_time(st: Stepper) -> float:
 
 
 def retirement_expired(st: Stepper) -> bool:
+    """Whether the retirement is over, early enough that the vacate time ends with it
+    (condor_drain -graceful: the longest retirement any slot has)."""
     remaining = retirement_remaining(st)
     coordinated = st.machine.drain_retirement_remaining
     accepted = st.s.claim is not None and st.s.claim.accepted_while_draining
@@ -124,6 +129,7 @@ def retirement_expired(st: Stepper) -> bool:
 
 
 def worklife_expired(st: Stepper) -> bool:
+    """CLAIM_WORKLIFE: the claim has run jobs and is older than the policy allows."""
     claim = st.s.claim
     worklife = st.policy.claim_worklife
     if claim is None or worklife is None or claim.activations == 0:
@@ -132,6 +138,8 @@ def worklife_expired(st: Stepper) -> bool:
 
 
 def claim_closing(st: Stepper) -> bool:
+    """Whether the claim takes no new job: it is being preempted, retired, drained or shut
+    down, or CLAIM_WORKLIFE expired."""
     s = st.s
     return (
         s.pending_claim is not None

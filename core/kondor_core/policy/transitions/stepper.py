@@ -70,15 +70,18 @@ class Stepper:
     # ------------------------------------------------------------------ plumbing
 
     def replace(self, **changes: Any) -> None:
+        """The slot with `changes`; the cached evaluations are dropped."""
         self.s = evolve(self.s, changes)
         self._cache.clear()
         self._ad = None
 
     def replace_claim(self, **changes: Any) -> None:
+        """The slot with its claim changed."""
         assert self.s.claim is not None
         self.replace(claim=dataclasses.replace(self.s.claim, **changes))
 
     def act(self, kind: ActionKind, reason: str, claim: Claim | None = None, **extra: Any) -> None:
+        """An action for the agent, about `claim` (the current one by default)."""
         claim = claim if claim is not None else self.s.claim
         self.actions.append(
             Action(
@@ -92,6 +95,7 @@ class Stepper:
         )
 
     def finish(self) -> tuple[SlotState, list[Action]]:
+        """The slot after this step (its transitions, the step's time) and the actions."""
         final = evolve(self.s, {"transitions": tuple(self.transitions), "last_step": self.now})
         return final, self.actions
 
@@ -110,6 +114,8 @@ class Stepper:
         return engine, desired
 
     def _engine_attrs(self) -> dict[str, Any]:
+        """The attributes the engine writes into the evaluation ad: State, Activity, the
+        timers (as expressions of MyCurrentTime), the claim's and the preempting claim's."""
         s = self.s
         now = self.now
         desired: dict[str, Any] = {}
@@ -159,6 +165,8 @@ class Stepper:
         return desired
 
     def ad(self, claim: Claim | None) -> Any:
+        """The evaluation ad for `claim` (None: no job), rebuilt only when what it is built from
+        changed."""
         key = claim.claim_id if claim is not None else None
         if self._ad is None or self._ad_claim != key:
             s = self.s
@@ -222,11 +230,13 @@ class Stepper:
         return value
 
     def knob_is_true(self, name: str, claim: Claim | None) -> bool:
+        """Whether knob `name` evaluates to TRUE against `claim`."""
         return truth(self.evaluate_knob(name, claim)) is True
 
     # ------------------------------------------------------------------ claims and jobs
 
     def new_claim(self, claim_id: str, job_id: str, job_ad: JobAd, **extra: Any) -> Claim:
+        """A claim for a job ad: its id, lease, owner and RANK."""
         ad = as_classad(job_ad)
         attrs = self.job_attrs(ad)
         if not job_id:
@@ -264,6 +274,7 @@ class Stepper:
         return attrs
 
     def refresh_job(self, job_ad: JobAd) -> None:
+        """The current claim with a newer ad of its job."""
         assert self.s.claim is not None
         ad = as_classad(job_ad)
         if ad is self.s.claim.job_ad:
@@ -276,12 +287,14 @@ class Stepper:
         )
 
     def start_accepts(self, claim: Claim) -> tuple[bool, str]:
+        """Whether START is TRUE for the claim's job, and why not."""
         value = self.evaluate_knob("START", claim)
         if truth(value) is True:
             return True, "START is TRUE for the job"
         return False, f"START is {describe(value)} for the job"
 
     def suspended_time(self, claim: Claim) -> float:
+        """Seconds the claim's job has been suspended, now included."""
         total = claim.suspended_total
         if claim.suspended_since is not None:
             total += self.now - claim.suspended_since
