@@ -45,6 +45,7 @@ from pathlib import Path
 from typing import Any
 
 from kondor_agent.execute.jobdir import OUT_OF_MEMORY
+from kondor_agent.gpu_pods import PodGpuCheck, execution_point_events
 from kondor_agent.jobs import Outcome
 from kondor_agent.kube import KubernetesAPI, PodApi, informer
 from kondor_agent.runtimes import pod_cgroup
@@ -59,7 +60,7 @@ from kondor_core.api import EXECUTION_POINT_LABEL, ExecutionJob, JobExecution
 from kondor_core.api.job import ExecutionAccount
 from kondor_core.api.meta import parse_time
 from kondor_core.classads import ExpressionError, parse_ad
-from kondor_core.jobs.gpus import GpuSettings
+from kondor_core.jobs.gpus import GpuSettings, slot_gpus
 from kondor_core.jobs.hooks import HOOK_PREPARE_JOB_FAILURE
 from kondor_core.jobs.pod import (
     DEDICATED,
@@ -190,6 +191,8 @@ class PodLauncher:
         #: How a pod gets its slot's GPUs (KONDOR_GPU_POD_DEVICES), and the GPU knobs.
         self.gpu_devices = VISIBLE_DEVICES
         self.gpus = GpuSettings()
+        #: Whether each GPU pod's container got its slot's GPUs (kondor_agent.gpu_pods).
+        self.gpu_check = PodGpuCheck(execution_point_events(api.api_client, node))
         #: The most a job's pod template may ask for here (the SlotPolicy's podSecurity).
         self.pod_security = RESTRICTED
         #: Who a job's pod runs as when its template names no user (kondor_core.jobs.runas).
@@ -276,6 +279,7 @@ class PodLauncher:
         except AdsTooLargeError as err:
             self._refuse(handle, f"Cannot create the job's pod: {err}", FAILED_TO_CREATE_PROCESS)
             return handle
+        self.gpu_check.expect((handle.namespace, handle.name), slot_gpus(slot.attributes))
         slot_id = slot.attributes.get("SlotID", 1)
         hooks = pod_job_hooks(
             self._macros, int(slot_id) if isinstance(slot_id, int | float) else 1, job_ad_text
@@ -381,6 +385,10 @@ class PodLauncher:
         if run is not None:
             with run._lock:
                 return run.outcome
+        key = (handle.namespace, handle.name)
+        self.gpu_check.check_pending(
+            key, lambda: _container_pids(self._pod(handle), self.cgroup_root)
+        )
         return self._pod_outcome(handle)
 
     def _kill_now(self, handle: PodHandle, number: int) -> None:
@@ -471,6 +479,7 @@ class PodLauncher:
         self._delete(handle, 0)
         with self._lock:  # the job is gone: nothing asks about its pod any more
             self._pods.pop((handle.namespace, handle.name), None)
+        self.gpu_check.forget((handle.namespace, handle.name))
 
     def _freezer(self, handle: PodHandle) -> Path | None:
         """The pod's freezer cgroup on this host; None where it has none (a simulated node)."""
@@ -681,6 +690,16 @@ def running_attributes(
         "RemoteUserCpu": round(user, 3),
         "ImageSize": _image_size_kib(pids),
     }
+
+
+def _container_pids(pod: Mapping[str, Any], cgroup_root: Path) -> list[int]:
+    """The pod's container processes on this host (its pause process left out)."""
+    identity = pod_identity(pod)
+    if identity is None:
+        return []
+    return [
+        p for p in pod_cgroup.pod_processes(*identity, cgroup_root) if not pod_cgroup.is_pause(p)
+    ]
 
 
 def _api_message(error: ApiError) -> str:

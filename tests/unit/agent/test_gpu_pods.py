@@ -10,10 +10,12 @@ from typing import Any
 
 import classad2
 
+from kondor_agent.gpu_pods import UNREAD, PodGpuCheck, visible_devices
 from kondor_agent.runtimes.pod import PodLauncher
 from kondor_core.api import ExecutionJob
 from kondor_core.api.machine import Machine
 from kondor_core.config.effective import EffectivePolicy
+from kondor_core.jobs.gpus import slot_gpus
 from kondor_core.slots import PartitionableSlot, SlotAd, carve, initial_slots, layout, slot_ads
 
 H100 = "GPU-f2bd270c-c66e-0c7c-504e-e9af63626b3c"
@@ -100,3 +102,54 @@ def test_a_bad_pod_devices_knob_is_logged_and_the_default_kept(tmp_path: Path) -
     env, resources = container(launch(tmp_path, {"KONDOR_GPU_POD_DEVICES": "dra"}, gpu_slot(0)))
     assert env["NVIDIA_VISIBLE_DEVICES"] == "none" and env["CUDA_VISIBLE_DEVICES"] == "10000"
     assert "nvidia.com/gpu" not in resources["limits"]
+
+
+# -- what the container got: read from its processes' environment, never silent ----------
+
+
+def fake_proc(tmp_path: Path, environ: dict[int, dict[str, str]]) -> Path:
+    proc = tmp_path / "proc"
+    for pid, env in environ.items():
+        (proc / str(pid)).mkdir(parents=True)
+        (proc / str(pid) / "environ").write_bytes(
+            b"\0".join(f"{k}={v}".encode() for k, v in env.items()) + b"\0"
+        )
+    return proc
+
+
+def test_the_containers_visible_devices_are_read_from_its_processes(tmp_path: Path) -> None:
+    proc = fake_proc(tmp_path, {41: {"PATH": "/bin", "NVIDIA_VISIBLE_DEVICES": H100}, 42: {}})
+    assert visible_devices([40, 41], proc) == H100  # 40 is gone: the next one is read
+    assert visible_devices([42], proc) is None  # a process without the variable
+    assert visible_devices([40], proc) is UNREAD
+
+
+def test_a_device_plugin_choice_other_than_the_slots_is_an_event_and_an_error(
+    tmp_path: Path,
+) -> None:
+    posted: list[tuple[str, str]] = []
+    proc = fake_proc(
+        tmp_path, {7: {"NVIDIA_VISIBLE_DEVICES": OTHERS[2]}, 8: {"NVIDIA_VISIBLE_DEVICES": H100}}
+    )
+    check = PodGpuCheck(lambda reason, message: posted.append((reason, message)), proc)
+    slot = slot_gpus(gpu_slot(1).attributes)
+    check.expect(("default", "wrong"), slot)
+    check.expect(("default", "right"), slot)
+    check.check_pending(("default", "wrong"), lambda: [99])  # not running yet: checked later
+    assert check.pending(("default", "wrong")) and posted == []
+    message = check.check(("default", "wrong"), [7])
+    assert message is not None and OTHERS[2] in message and H100 in message
+    assert posted == [("GPUMismatch", message)]
+    check.check_pending(("default", "wrong"), lambda: [7])  # once only
+    assert len(posted) == 1 and not check.pending(("default", "wrong"))
+    assert check.check(("default", "right"), [8]) is None and len(posted) == 1
+
+
+def test_launching_a_gpu_pod_arms_the_check(tmp_path: Path) -> None:
+    api = SimpleNamespace(api_client=None)
+    pods = PodLauncher(api, "n0", cgroup_root=tmp_path)  # type: ignore[arg-type]
+    pods.core = FakeCreates()  # type: ignore[assignment]
+    handle = pods.launch(JOB, "default/train", gpu_slot(1), 'Owner = "alice"\n')
+    assert pods.gpu_check.pending((handle.namespace, handle.name))
+    assert pods.poll(handle) is None  # no Pod seen yet: nothing to read, still armed
+    assert pods.gpu_check.pending((handle.namespace, handle.name))
