@@ -338,6 +338,9 @@ def _knob_where(stack: tuple[Definition, ...]) -> str:
 
 def _close_paren(text: str, open_index: int) -> int:
     """Index of the ')' matching the '(' at `open_index`, or -1."""
+    close = text.find(")", open_index)
+    if text.startswith("(", open_index) and text.find("(", open_index + 1, close) < 0:
+        return close  # nothing nested (the common case, found without a Python loop)
     depth = 0
     for index in range(open_index, len(text)):
         if text[index] == "(":
@@ -351,6 +354,8 @@ def _close_paren(text: str, open_index: int) -> int:
 
 def _split_default(inner: str) -> tuple[str, bool, str]:
     """Split `NAME:default` at the first ':' outside nested parentheses."""
+    if ":" not in inner:
+        return inner, False, ""
     depth = 0
     for index, char in enumerate(inner):
         if char == "(":
