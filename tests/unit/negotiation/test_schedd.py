@@ -24,7 +24,7 @@ from kondor_core.config import compile_policy
 from kondor_core.schedd.change import JobChange, status_patch
 from kondor_core.schedd.cycle import plan_cycle, submitter_usage
 from kondor_core.schedd.follow import changes_with_time, follow
-from kondor_core.schedd.identity import ad_of, is_nice
+from kondor_core.schedd.identity import ad_of, is_nice, reserve_cluster_ids, stored_cluster_id
 
 ROOT = Path(__file__).resolve().parents[3]
 NOW = 1_800_000_000.0
@@ -693,3 +693,34 @@ def test_a_nice_user_job_is_one_whose_nice_user_is_true(text: str, nice: bool) -
     # classad2 gives Undefined and Error as IntEnum members: neither is a nice-user job.
     assert is_nice(classad2.ClassAd({"NiceUser": classad2.ExprTree(text)})) is nice
     assert is_nice(classad2.ClassAd({})) is False
+
+
+@pytest.mark.parametrize(
+    ("why", "last", "seen", "count", "expected"),
+    [
+        ("a new Pool: from 1", 0, 0, 2, (1, 2)),
+        ("past the counter", 40, 12, 1, (41, 41)),
+        ("the newest jobs deleted: the counter remembers", 40, 3, 3, (41, 43)),
+        ("jobs from before the counter: past them", 0, 7, 1, (8, 8)),
+    ],
+)
+def test_cluster_ids_are_reserved_past_the_counter_and_every_job_s(
+    why: str, last: int, seen: int, count: int, expected: tuple[int, int]
+) -> None:
+    assert reserve_cluster_ids(last, seen, count) == expected, why
+
+
+@pytest.mark.parametrize(
+    ("pool", "expected"),
+    [
+        (None, 0),
+        ({"metadata": {"name": "default"}}, 0),
+        ({"status": {"lastClusterId": 9}}, 9),
+        ({"status": {"lastClusterId": "9"}}, 0),
+        ({"status": {"lastClusterId": True}}, 0),
+    ],
+)
+def test_the_stored_counter_is_read_from_the_pool_s_status(
+    pool: dict[str, Any] | None, expected: int
+) -> None:
+    assert stored_cluster_id(pool) == expected
