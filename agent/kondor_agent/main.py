@@ -83,6 +83,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--machine", type=Path, help="machine description YAML (simulated node)")
     parser.add_argument(
+        "--gpu-devices-root",
+        type=Path,
+        help="read the GPU device nodes (/dev/nvidiactl, /proc/driver/nvidia) under this "
+        "directory, not the host root: stand-in device nodes for tests",
+    )
+    parser.add_argument(
         "--nvml-recording",
         type=Path,
         help="answer NVML from this recording (kondor_agent.detect.FakeNvml) instead of the "
@@ -398,7 +404,9 @@ def _process_launcher(args: argparse.Namespace) -> ProcessLauncher:
     log.info("job cgroups: %s", cgroups.describe())
     isolation = GpuDeviceIsolation.disabled()
     if cgroups.enabled:  # a job's other GPUs hidden in a devices cgroup of its own (v1)
-        isolation = GpuDeviceIsolation.open(args.host_root, root=args.cgroup_root)
+        isolation = GpuDeviceIsolation.open(
+            args.host_root, root=args.cgroup_root, gpu_root=args.gpu_devices_root
+        )
     log.info("GPU device isolation: %s", isolation)
     # Job hooks run from the same admin-controlled directory as startd cron jobs.
     return ProcessLauncher(

@@ -83,6 +83,8 @@ class ClusterSpec:
     real_node_machine: Path | None = None
     #: An NVML recording the real node's agent answers GPU questions from (its GPUs).
     real_node_nvml: Path | None = None
+    #: Where the simulated nodes' agents find GPU device nodes (stand-ins, for tests).
+    gpu_devices_root: Path | None = None
     #: OCI image archives imported into the real node's containerd before it is Ready.
     images: tuple[Path, ...] = ()
 
@@ -703,7 +705,11 @@ class DevCluster:
         process = self._spawn_command(
             kondor.agent_name(node),
             kondor.agent_args(
-                self.layout, node, machine, nvml=None if machine else self.spec.real_node_nvml
+                self.layout,
+                node,
+                machine,
+                nvml=None if machine else self.spec.real_node_nvml,
+                gpu_devices=self.spec.gpu_devices_root if machine else None,
             ),
             essential=False,
         )

@@ -129,11 +129,13 @@ def agent_args(
     python: str = sys.executable,
     *,
     nvml: Path | None = None,
+    gpu_devices: Path | None = None,
 ) -> list[str]:
     """One node's agent: a simulated node's reads its machine file, the real node's (None)
     detects this host (its GPUs from the NVML recording `nvml`, when given)."""
     facts = [] if machine is None else ["--machine", str(machine)]
     facts += [] if nvml is None else ["--nvml-recording", str(nvml)]
+    facts += [] if gpu_devices is None else ["--gpu-devices-root", str(gpu_devices)]
     return [
         python,
         "-m",
