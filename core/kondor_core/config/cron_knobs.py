@@ -180,10 +180,16 @@ def _resource_monitor(r: KnobReader, base: str, name: str, metrics: Definition) 
         if origin.template is not None
         else _label(metrics)
     )
-    r.warnings.append(
+    message = (
         f"{where}: the startd cron job {name} is a custom machine resource monitor "
         f"({base}_{name}_METRICS), which Kondor does not implement; it does not run"
     )
+    if name.upper() == "GPUS_MONITOR":  # use FEATURE : GPUs' condor_gpu_utilization
+        message += (
+            "; the Kondor agent measures GPU usage itself through NVML (GPUsUsage, "
+            "GPUsMemoryUsage, DeviceGPUsAverageUsage, DeviceGPUsMemoryPeakUsage: docs/gpus.md)"
+        )
+    r.warnings.append(message)
 
 
 def _cron_value(r: KnobReader, reader: Any, found: tuple[str, Definition]) -> Any:

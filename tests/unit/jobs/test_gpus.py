@@ -437,10 +437,11 @@ def test_the_gpu_knobs_reach_the_agent_without_a_warning() -> None:
         }
     )
     compiled = compile_policy(spec)
-    # (the feature's startd cron GPU monitor is still reported: the agent's own GpuMonitor
-    # is not yet what publishes the usage)
+    # the feature's startd cron GPU monitor does not run; the warning says what does instead
     reported = [w for w in compiled.warnings if "GPU" in w.upper() and "GPUs_MONITOR" not in w]
     assert reported == [], compiled.warnings
+    (monitor,) = [w for w in compiled.warnings if "GPUs_MONITOR" in w]
+    assert "the Kondor agent measures GPU usage itself through NVML" in monitor
     settings = GpuSettings.from_macros(compiled.macros)
     assert settings == GpuSettings(DEFAULTS.environment_for, "none", False, False)
     assert gpu_pod_devices(compiled.macros) == DEVICE_PLUGIN
