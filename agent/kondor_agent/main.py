@@ -82,18 +82,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="the node (and ExecutionPoint) this agent serves; default $NODE_NAME",
     )
     parser.add_argument("--machine", type=Path, help="machine description YAML (simulated node)")
-    parser.add_argument(
-        "--gpu-devices-root",
-        type=Path,
-        help="read the GPU device nodes (/dev/nvidiactl, /proc/driver/nvidia) under this "
-        "directory, not the host root: stand-in device nodes for tests",
-    )
-    parser.add_argument(
-        "--nvml-recording",
-        type=Path,
-        help="answer NVML from this recording (kondor_agent.detect.FakeNvml) instead of the "
-        "host's libnvidia-ml: recorded GPUs on a host without any (the dev cluster's real node)",
-    )
+    _gpu_arguments(parser)
     parser.add_argument(
         "--policy", type=Path, help="SlotPolicy manifest YAML (with --oneshot --no-publish)"
     )
@@ -190,6 +179,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     except InvalidObjectError as err:
         print(f"kondor-agent: {err}", file=sys.stderr)
         return 2
+
+
+def _gpu_arguments(parser: argparse.ArgumentParser) -> None:
+    """Where the agent finds GPUs when they are not the host's own (tests, the dev cluster)."""
+    parser.add_argument(
+        "--gpu-devices-root",
+        type=Path,
+        help="read the GPU device nodes (/dev/nvidiactl, /proc/driver/nvidia) under this "
+        "directory, not the host root: stand-in device nodes for tests",
+    )
+    parser.add_argument(
+        "--nvml-recording",
+        type=Path,
+        help="answer NVML from this recording (kondor_agent.detect.FakeNvml) instead of the "
+        "host's libnvidia-ml: recorded GPUs on a host without any (the dev cluster's real node)",
+    )
 
 
 def _host(args: argparse.Namespace, read_node: Callable[[], Any]) -> HostMachine:
