@@ -68,6 +68,8 @@ STARTD_KNOBS: Mapping[str, str] = {
         "STARTER_HIDE_GPU_DEVICES",
         "AUTO_SET_NVIDIA_VISIBLE_DEVICES",
         "KONDOR_GPU_POD_DEVICES",
+        # GPUs in no slot ("Configuration Macros"; kondor_core.slots.layout reads it).
+        "OFFLINE_MACHINE_RESOURCE_GPUs",
         # The most a pod job's template may ask for (kondor_core.jobs.podsecurity).
         "KONDOR_POD_SECURITY",
         # How an Apptainer job's command line is built ("Apptainer and Singularity Support";

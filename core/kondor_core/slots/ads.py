@@ -114,6 +114,8 @@ class AdRenderer:
             base[f"Detected{attribute}"] = machine.detected[resource] * scale
         if self.has_gpus:
             base["DetectedGPUs"] = ", ".join(machine.gpu_ids)
+        if machine.offline_gpus:  # OFFLINE_MACHINE_RESOURCE_GPUS: on every slot's ad
+            base["OfflineGPUs"] = ",".join(machine.offline_gpus)
         for name, text in policy.startd_attrs.items():
             _put(base, expressions, name, text)
         _put(base, expressions, "Start", policy.expressions.get("START", DEFAULT_START))

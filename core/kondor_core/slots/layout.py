@@ -14,7 +14,12 @@ Rounding (Kondor hands out whole units; HTCondor's startd keeps fractional cores
 - as in the startd's slot builder, a non-zero fraction never gives a slot less
   than 1 core or 1 MiB, and every slot needs at least 1 core and 1 MiB: an
   explicit `cpus=0`, or more `auto` slots than cores left, is an error;
-- `auto` slots each get the floor of (what is left) / (number of auto slots);
+- `auto` slots each get the floor of (what is left) / (number of auto slots); GPUs
+  are dealt out as the startd deals a machine resource (ResAttributes.cpp): each auto
+  slot in turn gets ceil(left / auto slots left), the excess to the first slots, so
+  4 GPUs among 6 static slots go one each to the first four;
+- OFFLINE_MACHINE_RESOURCE_GPUS names GPUs that are in no slot (`MachineTotals.offline_gpus`;
+  every slot ad shows them as OfflineGPUs);
 - whatever rounding leaves over stays unassigned and is reported in
   `Layout.unassigned`, never silently given to a slot.
 """
@@ -73,6 +78,8 @@ class MachineTotals:
     gpu_ids: tuple[str, ...]
     gpu_properties: Mapping[str, Mapping[str, GpuProperty]]
     facts: Mapping[str, GpuProperty]
+    #: GPUs OFFLINE_MACHINE_RESOURCE_GPUS takes out of every slot, in the machine's order.
+    offline_gpus: tuple[str, ...] = ()
     #: Each GPU's property ad (its properties plus Id), built once for constraints and RequireGPUs.
     gpu_ads: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
@@ -168,6 +175,9 @@ def machine_totals(machine: Machine, policy: EffectivePolicy) -> MachineTotals:
     detected, total = _standard_totals(machine, policy)
     declared, gpu_ids = _declared_resources(machine, policy)
     _unique_gpu_ids(gpu_ids)
+    offline = _offline_gpus(policy)
+    offline_gpus = tuple(gpu for gpu in gpu_ids if gpu in offline)
+    gpu_ids = tuple(gpu for gpu in gpu_ids if gpu not in offline)
     properties = {gpu.id: dict(gpu.properties) for gpu in machine.gpus}
     gpu_properties: dict[str, Mapping[str, GpuProperty]] = {
         gpu: properties.get(gpu, {}) for gpu in gpu_ids
@@ -191,8 +201,17 @@ def machine_totals(machine: Machine, policy: EffectivePolicy) -> MachineTotals:
         gpu_ids=gpu_ids,
         gpu_properties=gpu_properties,
         facts=dict(machine.attributes),
+        offline_gpus=offline_gpus,
         gpu_ads=gpu_ads,
     )
+
+
+def _offline_gpus(policy: EffectivePolicy) -> set[str]:
+    """OFFLINE_MACHINE_RESOURCE_GPUS: a comma and/or space separated list of GPU ids."""
+    for name, value in policy.macros.items():
+        if name.upper() == "OFFLINE_MACHINE_RESOURCE_GPUS":
+            return {gpu for gpu in value.replace(",", " ").split() if gpu}
+    return set()
 
 
 def _standard_totals(
@@ -461,6 +480,8 @@ def _divide(
                 + _reserved_note(resource, totals)
             )
     autos = explicit.count(None)
+    if resource == GPUS:
+        return _deal(explicit, total - asked)
     each = (total - asked) // autos if autos else 0
     if resource == "cpus" and autos and each < 1:
         first = next(
@@ -473,6 +494,22 @@ def _divide(
             + "; every slot needs at least 1 core"
         )
     return [each if amount is None else amount for amount in explicit]
+
+
+def _deal(explicit: list[int | None], left: int) -> list[int]:
+    """The startd's auto share of a machine resource (ResAttributes.cpp, "distribute
+    integral values evenly among slots, with excess going to first slots"): each auto slot,
+    in slot order, gets ceil(left / auto slots left)."""
+    autos = explicit.count(None)
+    out = []
+    for amount in explicit:
+        dealt = amount
+        if dealt is None:
+            dealt = -(-left // autos) if left >= 1 else 0
+            left -= dealt
+            autos -= 1
+        out.append(dealt)
+    return out
 
 
 def _reserved_note(resource: str, totals: MachineTotals) -> str:
