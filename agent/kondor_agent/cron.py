@@ -39,6 +39,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from kondor_agent.execute.hookpath import RefusedExecutableError, resolve_hook
 from kondor_core.classads import ClassAd, ExpressionError, evaluate
 from kondor_core.cron import (
     AutoPublish,
@@ -48,12 +49,10 @@ from kondor_core.cron import (
     CronMode,
     CronSettings,
     CronState,
-    HookPathError,
     OutputParser,
     OutputProblem,
     OutputReader,
     attribute_names,
-    hook_path,
     parse_output,
     record,
     retain,
@@ -68,37 +67,12 @@ DEFAULT_GRACE = 2.0
 _STOP_MARGIN = 5.0
 
 
-class RefusedExecutableError(ValueError):
-    """A job's executable that the agent will not run."""
-
-
 def resolve_executable(job: CronJob, hooks_dir: Path) -> Path:
     """The file to run for `job`: inside `hooks_dir` with symlinks resolved, an executable
     regular file; RefusedExecutableError says why not."""
     return resolve_hook(
         job.executable, hooks_dir, where=job.source or f"startd cron job {job.name}"
     )
-
-
-def resolve_hook(executable: str, hooks_dir: Path, *, where: str) -> Path:
-    """The file a hook (a startd cron job, a job hook) runs: inside `hooks_dir` with symlinks
-    resolved, an executable regular file; RefusedExecutableError says why not, from `where`."""
-    try:
-        lexical = hook_path(executable, str(hooks_dir), field=where)
-    except HookPathError as err:
-        raise RefusedExecutableError(str(err)) from None
-    root = hooks_dir.resolve()
-    real = Path(lexical).resolve()
-    if not real.is_relative_to(root):
-        raise RefusedExecutableError(
-            f"{where}: {executable!r} resolves to {real}, outside the hooks directory "
-            f"{root} (a symlink leads out of it)"
-        )
-    if not real.is_file():
-        raise RefusedExecutableError(f"{where}: {real} does not exist or is not a file")
-    if not os.access(real, os.X_OK):
-        raise RefusedExecutableError(f"{where}: {real} is not executable")
-    return real
 
 
 # -- the edges: time and processes ------------------------------------------------------------

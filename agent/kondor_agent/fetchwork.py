@@ -40,7 +40,7 @@ from typing import Any, Protocol
 
 import httpx
 
-from kondor_agent.cron import RefusedExecutableError, resolve_hook
+from kondor_agent.execute.hookpath import RefusedExecutableError, resolve_hook
 from kondor_agent.execute.hookrun import HookRun, run_hook
 from kondor_core import startd
 from kondor_core.api import API_VERSION, EXECUTION_JOBS, ExecutionJob

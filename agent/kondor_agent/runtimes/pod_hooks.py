@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from kondor_agent.cron import RefusedExecutableError, resolve_hook
+from kondor_agent.execute.hookpath import RefusedExecutableError, resolve_hook
 from kondor_agent.execute.hookrun import run_hook
 from kondor_agent.jobs import Outcome
 from kondor_core.classads import ExpressionError, literal, parse_ad

@@ -36,9 +36,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from kondor_agent.cron import RefusedExecutableError, resolve_hook
 from kondor_agent.execute import records
 from kondor_agent.execute.cgroups import SUPERVISORS, CgroupError, JobCgroups
+from kondor_agent.execute.hookpath import RefusedExecutableError, resolve_hook
 from kondor_agent.execute.jobdir import DEFAULT_PATH
 from kondor_agent.execute.limits import CgroupLimits
 from kondor_agent.execute.privileges import ensure_traversable

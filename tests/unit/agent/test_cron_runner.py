@@ -14,7 +14,8 @@ from typing import Any
 import pytest
 from cron_fakes import FakeClock, FakeSpawner, Script, ScriptFor, hooks_with, prints, run_until
 
-from kondor_agent.cron import CronRunner, Launch, RefusedExecutableError, resolve_executable
+from kondor_agent.cron import CronRunner, Launch, resolve_executable
+from kondor_agent.execute.hookpath import RefusedExecutableError
 from kondor_core.cron import AutoPublish, CronJob, CronMode, CronSettings
 
 SETTINGS = CronSettings(max_job_load=1.0)
