@@ -98,6 +98,45 @@ class PodHandle:
     memory_mib: int = 0
 
 
+@dataclass(frozen=True)
+class PodSettings:
+    """What a node's SlotPolicy says of its pod jobs: the pod mode (KONDOR_POD_MODE) and
+    harvest PriorityClass, the most a pod template may ask for (its podSecurity), who a pod
+    runs as where its template names no user (`kondor_core.jobs.runas`), and how a pod gets
+    its slot's GPUs (KONDOR_GPU_POD_DEVICES) with the GPU knobs."""
+
+    mode: str = DEDICATED
+    priority_class: str = HARVEST_PRIORITY_CLASS
+    pod_security: str = RESTRICTED
+    run_as: RunAsSettings = dataclasses.field(default_factory=RunAsSettings)
+    gpu_devices: str = VISIBLE_DEVICES
+    gpus: GpuSettings = dataclasses.field(default_factory=GpuSettings)
+
+    @classmethod
+    def from_macros(cls, macros: Mapping[str, str]) -> PodSettings:
+        """The settings a SlotPolicy's macros give; a bad GPU or run-as knob is logged and
+        its default kept (admission refuses these; one that got past it changes nothing)."""
+        mode, priority_class = pod_mode(macros)
+        try:
+            gpu_devices = gpu_pod_devices(macros)
+        except ValueError as err:
+            log.error("%s; pods get their GPUs by %s", err, VISIBLE_DEVICES)
+            gpu_devices = VISIBLE_DEVICES
+        try:
+            run_as = RunAsSettings.from_macros(macros)
+        except AccountError as err:
+            log.error("%s; pod jobs run as their slots' own users", err)
+            run_as = RunAsSettings()
+        return cls(
+            mode=mode,
+            priority_class=priority_class,
+            pod_security=pod_security_level(macros),
+            run_as=run_as,
+            gpu_devices=gpu_devices,
+            gpus=GpuSettings.from_macros(macros),
+        )
+
+
 class HookedPods:
     """The pod jobs whose hooks run around their Pod, each in a thread of its own
     (`pod_hooks.PodHooksRun`), by (namespace, name) of their Pod."""
@@ -186,17 +225,10 @@ class PodLauncher:
         self.api = api
         self.node = node
         self.cgroup_root = cgroup_root
-        self.mode = DEDICATED
-        self.priority_class = HARVEST_PRIORITY_CLASS
-        #: How a pod gets its slot's GPUs (KONDOR_GPU_POD_DEVICES), and the GPU knobs.
-        self.gpu_devices = VISIBLE_DEVICES
-        self.gpus = GpuSettings()
+        #: What the node's SlotPolicy says of its pods (`configure`).
+        self.settings = PodSettings()
         #: Whether each GPU pod's container got its slot's GPUs (kondor_agent.gpu_pods).
         self.gpu_check = PodGpuCheck(execution_point_events(api.api_client, node))
-        #: The most a job's pod template may ask for here (the SlotPolicy's podSecurity).
-        self.pod_security = RESTRICTED
-        #: Who a job's pod runs as when its template names no user (kondor_core.jobs.runas).
-        self.run_as = RunAsSettings()
         self._accounts: dict[tuple[str, str], Account] = {}
         self._pods: dict[tuple[str, str], Mapping[str, Any]] = {}
         #: Pods a restarted agent took back: `clear` leaves them running.
@@ -217,20 +249,7 @@ class PodLauncher:
     def configure(self, macros: Mapping[str, str]) -> None:
         """The node's pod mode (KONDOR_POD_MODE) and harvest PriorityClass, its Pod Security
         level (KONDOR_POD_SECURITY); its job hooks."""
-        self.mode, self.priority_class = pod_mode(macros)
-        self.pod_security = pod_security_level(macros)
-        self.gpus = GpuSettings.from_macros(macros)
-        try:
-            self.gpu_devices = gpu_pod_devices(macros)
-        except ValueError as err:
-            log.error("%s; pods get their GPUs by %s", err, VISIBLE_DEVICES)
-            self.gpu_devices = VISIBLE_DEVICES
-        try:
-            self.run_as = RunAsSettings.from_macros(macros)
-        except AccountError as err:
-            # Admission refuses these; a policy that got past it runs pods as slot users.
-            log.error("%s; pod jobs run as their slots' own users", err)
-            self.run_as = RunAsSettings()
+        self.settings = PodSettings.from_macros(macros)
         self._macros = dict(macros)
 
     def launch(self, job: ExecutionJob, job_id: str, slot: SlotAd, job_ad_text: str) -> PodHandle:
@@ -245,7 +264,7 @@ class PodLauncher:
             int(memory) if isinstance(memory, int | float) else 0,
         )
         assert job.spec.pod is not None
-        level = self.pod_security
+        level = self.settings.pod_security
         asked = violations(job.spec.pod.template, level)
         if asked:  # admission allowed what some node allows; this node's SlotPolicy does not
             self._refuse(
@@ -255,7 +274,7 @@ class PodLauncher:
                 STARTD_HELD_JOB,
             )
             return handle
-        account = pod_account(self.run_as, job, job_id, slot, job_ad_text, node=self.node)
+        account = pod_account(self.settings.run_as, job, job_id, slot, job_ad_text, node=self.node)
         if isinstance(account, AccountError):
             self._refuse(handle, f"The job's account: {account}", FAILED_TO_CREATE_PROCESS)
             return handle
@@ -270,11 +289,11 @@ class PodLauncher:
                 slot.attributes,
                 job_ad_text=job_ad_text,
                 machine_ad_text=machine_ad,
-                mode=self.mode,
-                priority_class=self.priority_class,
+                mode=self.settings.mode,
+                priority_class=self.settings.priority_class,
                 run_as=(account.uid, account.gid),
-                gpu_devices=self.gpu_devices,
-                gpu_settings=self.gpus,
+                gpu_devices=self.settings.gpu_devices,
+                gpu_settings=self.settings.gpus,
             )
         except AdsTooLargeError as err:
             self._refuse(handle, f"Cannot create the job's pod: {err}", FAILED_TO_CREATE_PROCESS)
