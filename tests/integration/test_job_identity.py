@@ -215,3 +215,8 @@ def test_an_operator_restarted_after_the_newest_job_was_deleted_gives_a_new_clus
     )
     assert given > newest, f"ClusterId {given} given again (the deleted newest had {newest})"
     assert cluster.get("pools", "default", None)["status"]["lastClusterId"] == given
+    # The counter's one writer, as docs/architecture.md's table says.
+    pool = json.loads(
+        cluster.kubectl("get", "pools", "default", "-o", "json", "--show-managed-fields")
+    )
+    assert status_owners(pool)["lastClusterId"] == {writers_table("Pool")["lastClusterId"]}
