@@ -334,17 +334,12 @@ class Agent:
         """condor_drain -exit-on-completion, carried out: as an exited startd's ads leave the
         collector, the node publishes no slots (so nothing is matched to it) until the drain
         is cancelled or replaced; the drain's status stays to say why."""
-        self.report.condition(
-            now,
-            "False",
-            "Exited",
+        message = (
             "the startd exited after draining (-exit-on-completion); "
-            f"`kubectl kondor drain -cancel {self.name}` brings the node back",
+            f"`kubectl kondor drain -cancel {self.name}` brings the node back"
         )
-        self.metrics.set_slots(())
-        self._observe_status(
-            now, ExecutionPointStatus(conditions=self.report.conditions, drain=self._drain)
-        )
+        self.report.condition(now, "False", "Exited", message)
+        self._observe_nothing(now, drain=self._drain)
 
     def _restart_from(self, raw: Any) -> None:
         """A (re)started agent takes back what it last published."""
@@ -457,9 +452,10 @@ class Agent:
             ref.generation,
         )
 
-    def _observe_nothing(self, now: float) -> None:
-        """Publish no slots (nothing carved), with the conditions that say why."""
-        status = ExecutionPointStatus(conditions=self.report.conditions)
+    def _observe_nothing(self, now: float, *, drain: DrainStatus | None = None) -> None:
+        """Publish no slots (nothing carved, or the startd exited), with the conditions that
+        say why (and the drain's status, after an exit)."""
+        status = ExecutionPointStatus(conditions=self.report.conditions, drain=drain)
         self.metrics.set_slots(())
         self._observe_status(now, status)
 
