@@ -486,11 +486,13 @@ def test_through_the_kubernetes_client(
     assert main(["release", "14"]) == 0
     assert capsys.readouterr().out == "Job 14.0 released\n"
     methods = [(method, path) for method, path, _, _ in server.requests]
+    # Through kondor_kube: a listing is paged, and every write names the CLI's field manager.
+    jobs = "/apis/kondor.io/v1alpha1/namespaces/physics/executionjobs"
     assert methods == [
-        ("GET", "/apis/kondor.io/v1alpha1/namespaces/physics/executionjobs"),
-        ("POST", "/apis/authentication.k8s.io/v1/selfsubjectreviews"),
-        ("GET", "/apis/kondor.io/v1alpha1/namespaces/physics/executionjobs"),
-        ("PATCH", "/apis/kondor.io/v1alpha1/namespaces/physics/executionjobs/container"),
+        ("GET", f"{jobs}?limit=500"),
+        ("POST", "/apis/authentication.k8s.io/v1/selfsubjectreviews?fieldManager=kondor-cli"),
+        ("GET", f"{jobs}?limit=500"),
+        ("PATCH", f"{jobs}/container?fieldManager=kondor-cli"),
     ]
     _, _, kind, body = server.requests[-1]
     assert kind == "application/merge-patch+json"

@@ -230,7 +230,8 @@ def test_honours_kubeconfig_env_flag_and_context(
     flag = _kubeconfig(tmp_path / "flag", both, "small")
     assert main(["status", "--kubeconfig", str(flag)]) == 0
     assert _names(capsys.readouterr().out) == ["slot1@kwok-small-0"]
-    assert gpu.requests[0] == "/apis/kondor.io/v1alpha1/executionpoints"
+    # Listed through kondor_kube, in pages.
+    assert gpu.requests[0] == "/apis/kondor.io/v1alpha1/executionpoints?limit=500"
 
 
 def test_command_reports_bad_constraint_and_unknown_node(

@@ -76,6 +76,7 @@ def test_the_repositorys_context_holds_the_runtime_sources_and_the_checker() -> 
     roots = {path.split("/")[0] for path in files}
     assert roots == {"Dockerfile", ".dockerignore", "README.md", "pyproject.toml"} | {
         "core",
+        "kube",
         "operator",
         "agent",
         "cli",
