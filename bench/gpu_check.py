@@ -1,4 +1,4 @@
-"""Real-GPU check (issue 37): what a slot assigned, beside what CUDA sees from inside its job.
+"""Real-GPU check: what a slot assigned, beside what CUDA sees from inside its job.
 
 Run on a machine with NVIDIA GPUs (the device tool's H100, say):
 

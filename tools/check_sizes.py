@@ -1,4 +1,4 @@
-"""The size check of issue 30: no function over 80 lines, no class over 400, in core/ and agent/.
+"""The size check: no function over 80 lines, no class over 400, in core/ and agent/.
 
     python tools/check_sizes.py [ROOT ...]     # core agent by default
 

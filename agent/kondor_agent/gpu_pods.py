@@ -1,4 +1,4 @@
-"""Whether a pod job's containers got the GPUs its slot assigned (issue 37): never silent.
+"""Whether a pod job's containers got the GPUs its slot assigned: never silent.
 
 With the device plugin (KONDOR_GPU_POD_DEVICES = device-plugin, or a slot whose GPUs have no
 UUID) the kubelet's plugin picks the GPUs and sets NVIDIA_VISIBLE_DEVICES in the container's

@@ -1,4 +1,4 @@
-"""GPU usage of running jobs, for their status and their slots' ads (issue 37).
+"""GPU usage of running jobs, for their status and their slots' ads.
 
 One `GpuWatch` per agent reads NVML through `kondor_agent.detect.GpuMonitor` at most once
 per `interval` seconds, however many jobs ask, and folds each poll once into each running

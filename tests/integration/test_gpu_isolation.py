@@ -1,4 +1,4 @@
-"""STARTER_HIDE_GPU_DEVICES on the dev cluster (issue 37): a 4-GPU kwok node whose agent
+"""STARTER_HIDE_GPU_DEVICES on the dev cluster: a 4-GPU kwok node whose agent
 finds its GPUs' device nodes in a stand-in tree (`--gpu-devices-root`): /dev/nvidiactl and
 four /dev/nvidia<N> made with mknod on the numbers of /dev/null, /dev/zero, /dev/full,
 /dev/random and /dev/urandom (major 1, which open for anyone), and the driver's

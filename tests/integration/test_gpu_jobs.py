@@ -1,4 +1,4 @@
-"""GPUs handed to process jobs on the dev cluster (issue 37): a 4-GPU kwok node whose GPUs
+"""GPUs handed to process jobs on the dev cluster: a 4-GPU kwok node whose GPUs
 are the recorded H100 (driver 580; its NVML UUID) and three more of the same kind; a job on a
 1-GPU slot gets CUDA_VISIBLE_DEVICES naming exactly its AssignedGPUs, a job on a 0-GPU slot
 the unassigned value. Device hiding is tested on this host's v1 devices cgroup with

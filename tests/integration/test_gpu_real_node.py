@@ -1,4 +1,4 @@
-"""A pod job on a GPU slot of the real node (issue 37; `--real-node`, host-exclusive): the
+"""A pod job on a GPU slot of the real node (`--real-node`, host-exclusive): the
 host has no GPU, so its agent answers NVML from the real H100's recording (driver 580, with
 its usage under load); the Pod the agent creates names the slot's GPU by UUID in
 NVIDIA_VISIBLE_DEVICES (checked on the Pod object) and asks the device plugin for none. The

@@ -1,4 +1,4 @@
-"""One job identity and one writer per field, on the dev cluster (issue 30).
+"""One job identity and one writer per field, on the dev cluster.
 
 - A job's life (submit, match, run, exit, Completed; a hold and its release) leaves every
   status field of its ExecutionJob owned, in `metadata.managedFields`, by the one field

@@ -11,7 +11,7 @@ follow the SlotPolicy's pod mode (KONDOR_POD_MODE, DESIGN.md):
   the kubelet admits the owner's pods beside it and node-pressure eviction takes it first:
   cycle scavenging on Kubernetes.
 
-GPUs (issue 37): the kubelet's device plugin would give a pod asking `nvidia.com/gpu: N` any N
+GPUs: the kubelet's device plugin would give a pod asking `nvidia.com/gpu: N` any N
 GPUs, not those the slot's AssignedGPUs names. So by default (KONDOR_GPU_POD_DEVICES =
 `visible-devices`) a pod on a slot whose GPUs are named by UUID asks the device plugin for
 none and gets them through the NVIDIA container runtime's NVIDIA_VISIBLE_DEVICES (the slot's

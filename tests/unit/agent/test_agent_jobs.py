@@ -223,7 +223,7 @@ def test_a_match_is_claimed_run_and_reported_until_it_exits(node: Any) -> None:
 
 
 def test_the_agent_writes_its_answer_alone_and_the_schedd_follows_it(node: Any) -> None:
-    # One writer per field (issue 30): the agent reports (status.execution, nothing else,
+    # One writer per field: the agent reports (status.execution, nothing else,
     # no resourceVersion guard: no one else writes it); the operator's follow makes the
     # schedd's fields of each answer (JobStatus, NumJobStarts, ExitCode, ...).
     api, clock, launcher, agent = node

@@ -1,4 +1,4 @@
-"""One job identity (issue 30): the negotiator's job ad, the startd's START re-check ad, the
+"""One job identity: the negotiator's job ad, the startd's START re-check ad, the
 `.job.ad` file the job reads and `kondor q -l` are one ad, `kondor_core.jobs.job_ad`.
 
 Built from one state of the job, the four are equal, attribute for attribute. Built at

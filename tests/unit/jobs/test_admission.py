@@ -228,7 +228,7 @@ def test_valid_jobs_are_admitted(spec: dict[str, Any]) -> None:
             {"process": PROCESS, "attributes": {"ClusterId": "7"}},
             ["spec.attributes.ClusterId:", "set by Kondor"],
         ),
-        # The schedd's attributes come from the job's status (issue 30: one job ad).
+        # The schedd's attributes come from the job's status (one job ad).
         (
             {"process": PROCESS, "attributes": {"NumJobStarts": "0"}},
             ["spec.attributes.NumJobStarts:", "set by Kondor"],

@@ -176,7 +176,7 @@ def test_a_new_job_gets_a_cluster_id_and_is_matched_in_one_pass() -> None:
 
 
 def test_cluster_ids_come_from_the_pool_s_counter_and_are_never_reused() -> None:
-    # Issue 30: ClusterIds come from the Pool's status.lastClusterId, not from the jobs an
+    # ClusterIds come from the Pool's status.lastClusterId, not from the jobs an
     # operator sees: a restarted operator, after the newest job was deleted, gives the next
     # job a new ClusterId. With no Pool `default`, the first reservation creates it.
     world = World()

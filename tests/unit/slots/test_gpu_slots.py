@@ -1,4 +1,4 @@
-"""HTCondor's GPU-slot cases (issue 37), through the core's layout and slot ads as
+"""HTCondor's GPU-slot cases, through the core's layout and slot ads as
 `kondor simulate` uses them:
 
 - src/condor_tests/cmd_gpu_discovery.run: 6 cores, 4 GPUs, `use FEATURE : StaticSlots`

@@ -1,4 +1,4 @@
-"""GPUs handed to process and Apptainer jobs (issue 37): the starter's GPU environment
+"""GPUs handed to process and Apptainer jobs: the starter's GPU environment
 from the slot the job was matched to, and the other GPUs' device nodes hidden.
 
 The slots are carved by the core from a 4-GPU node whose first GPU is the real H100's
