@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from kondor_cli.files import UserError
-from kondor_cli.kube import ApiError, Cluster, connect_cluster
+from kondor_cli.kube import ApiError, Cluster, add_connection_arguments, connect_cluster
 from kondor_cli.status import long_form, slot_ads
 from kondor_core.api import API_VERSION, COD_CLAIMS, EXECUTION_POINTS
 from kondor_kube import paths
@@ -308,8 +308,7 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         sub = verbs.add_parser(name, help=help_text)
         sub.add_argument("-n", "--namespace", help="default: the kubeconfig context's")
         sub.add_argument("-timeout", "--timeout", type=float, default=30.0, metavar="S")
-        sub.add_argument("--kubeconfig", type=Path, help="default $KUBECONFIG, ~/.kube/config")
-        sub.add_argument("--context", help="the kubeconfig context to use")
+        add_connection_arguments(sub)
         sub.set_defaults(func=run)
         if name != "request":
             sub.add_argument("-id", required=True, metavar="CLAIM", help="name or claim ID")

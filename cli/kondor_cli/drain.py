@@ -30,10 +30,9 @@ import argparse
 import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
-from pathlib import Path
 from typing import Any, Protocol
 
-from kondor_cli.kube import Cluster, connect_cluster
+from kondor_cli.kube import Cluster, add_connection_arguments, connect_cluster
 from kondor_cli.status import select, slot_ads
 from kondor_core.api import EXECUTION_POINTS
 from kondor_core.api.meta import format_time
@@ -171,8 +170,7 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     parser.add_argument("-check", help="drain only if this is true for every slot")
     parser.add_argument("-start", help="the START expression while draining (-graceful)")
-    parser.add_argument("--kubeconfig", type=Path, help="default $KUBECONFIG, ~/.kube/config")
-    parser.add_argument("--context", help="the kubeconfig context to use")
+    add_connection_arguments(parser)
     parser.set_defaults(func=run)
 
 

@@ -30,14 +30,13 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, tzinfo
 from functools import partial
-from pathlib import Path
 from typing import Any, Literal, Protocol
 
 import classad2
 
 from kondor_cli import render
 from kondor_cli.files import UserError
-from kondor_cli.kube import ApiError, connect
+from kondor_cli.kube import ApiError, add_connection_arguments, connect
 from kondor_core.api import (
     ExecutionJob,
     ExecutionPoint,
@@ -558,8 +557,7 @@ def _cluster_arguments(parser: argparse.ArgumentParser) -> None:
     where.add_argument(
         "-A", "--all-namespaces", action="store_true", help="the jobs of every namespace"
     )
-    parser.add_argument("--kubeconfig", type=Path, help="default $KUBECONFIG, ~/.kube/config")
-    parser.add_argument("--context", help="the kubeconfig context to use")
+    add_connection_arguments(parser)
 
 
 def add_parsers(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

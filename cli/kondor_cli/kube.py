@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from kondor_cli.files import UserError
@@ -30,6 +31,12 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 SELF_SUBJECT_REVIEWS = "/apis/authentication.k8s.io/v1/selfsubjectreviews"
+
+
+def add_connection_arguments(parser: argparse.ArgumentParser) -> None:
+    """`--kubeconfig` and `--context`, as kubectl takes them, for a command that connects."""
+    parser.add_argument("--kubeconfig", type=Path, help="default $KUBECONFIG, ~/.kube/config")
+    parser.add_argument("--context", help="the kubeconfig context to use")
 
 
 class ApiError(Exception):

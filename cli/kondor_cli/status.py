@@ -16,14 +16,13 @@ from __future__ import annotations
 import argparse
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from pathlib import Path
 from typing import Any
 
 import classad2
 
 from kondor_cli import render
 from kondor_cli.files import UserError
-from kondor_cli.kube import ApiError, connect_cluster
+from kondor_cli.kube import ApiError, add_connection_arguments, connect_cluster
 from kondor_cli.render import table
 from kondor_core.api import EXECUTION_POINTS, whole_slot_ad
 from kondor_core.classads import ExpressionError, parse_expr
@@ -266,6 +265,5 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         action="store_true",
         help="the COD claims of the slots that have any (condor_status -cod)",
     )
-    parser.add_argument("--kubeconfig", type=Path, help="default $KUBECONFIG, ~/.kube/config")
-    parser.add_argument("--context", help="the kubeconfig context to use")
+    add_connection_arguments(parser)
     parser.set_defaults(func=run)

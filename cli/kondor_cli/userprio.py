@@ -20,11 +20,10 @@ import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime, tzinfo
-from pathlib import Path
 from typing import Any, Protocol
 
 from kondor_cli.files import UserError
-from kondor_cli.kube import ApiError, Cluster, connect_cluster
+from kondor_cli.kube import ApiError, Cluster, add_connection_arguments, connect_cluster
 from kondor_core.api import API_VERSION, format_time, parse_time
 from kondor_core.api.pool import DEFAULT_POOL, POOLS, PoolStatus, UserPriority
 from kondor_kube import paths
@@ -231,6 +230,5 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "-setfactor", "--setfactor", nargs=2, metavar=("USER", "FACTOR"), help="set a factor"
     )
     act.add_argument("-resetusage", "--resetusage", metavar="USER", help="reset a user's usage")
-    parser.add_argument("--kubeconfig", type=Path, help="default $KUBECONFIG, ~/.kube/config")
-    parser.add_argument("--context", help="the kubeconfig context to use")
+    add_connection_arguments(parser)
     parser.set_defaults(func=run_userprio)
