@@ -14,8 +14,9 @@ Run on a machine with NVIDIA GPUs (the device tool's H100, say):
    (CUDA_VISIBLE_DEVICES = the full UUIDs) and once without (CUDA_VISIBLE_DEVICES =
    AssignedGPUs, the short ids). Inside, the job asks libcuda itself (ctypes: cuInit,
    cuDeviceGetCount, cuDeviceGetUuid) and prints what it sees.
-4. With --cgroups (root, cgroup v1 devices): the job's other GPUs are hidden; the job also
-   tries to open every /dev/nvidia<minor> and prints which it could.
+4. With --cgroups (root; the v1 devices cgroup and/or a v2 eBPF device program): the job's
+   other GPUs are hidden; the job also tries to open every /dev/nvidia<minor> and prints
+   which it could.
 
 It prints one line per job: the slot, AssignedGPUs, the job's CUDA_VISIBLE_DEVICES and
 what CUDA saw, and exits 1 when CUDA saw anything but the slot's GPUs (a 1-GPU slot: exactly
@@ -169,7 +170,9 @@ def launcher(work: Path, with_cgroups: bool) -> tuple[ProcessLauncher, JobCgroup
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--fake", type=Path, help="an NVML recording instead of the GPUs")
-    parser.add_argument("--cgroups", action="store_true", help="hide the other GPUs (root, v1)")
+    parser.add_argument(
+        "--cgroups", action="store_true", help="hide the other GPUs (root, v1 or v2)"
+    )
     args = parser.parse_args(argv)
     gpus = detect(args.fake)
     if not gpus:

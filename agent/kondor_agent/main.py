@@ -408,7 +408,7 @@ def _process_launcher(args: argparse.Namespace) -> ProcessLauncher:
         cgroups = JobCgroups.disabled()
     log.info("job cgroups: %s", cgroups.describe())
     isolation = GpuDeviceIsolation.disabled()
-    if cgroups.enabled:  # a job's other GPUs hidden in a devices cgroup of its own (v1)
+    if cgroups.enabled:  # a job's other GPUs refused in its cgroups (v1 devices, v2 eBPF)
         isolation = GpuDeviceIsolation.open(
             args.host_root, root=args.cgroup_root, gpu_root=args.gpu_devices_root
         )

@@ -3,8 +3,10 @@ finds its GPUs' device nodes in a stand-in tree (`--gpu-devices-root`): /dev/nvi
 four /dev/nvidia<N> made with mknod on the numbers of /dev/null, /dev/zero, /dev/full,
 /dev/random and /dev/urandom (major 1, which open for anyone), and the driver's
 /proc/driver/nvidia/gpus/*/information naming the machine's GPUs' UUIDs. A process job on
-the 1-GPU slot opens its GPU's node and no other (EPERM from its v1 devices cgroup); a job on
-a 0-GPU slot opens none. Needs root and the v1 devices cgroup."""
+the 1-GPU slot opens its GPU's node and no other (EPERM from its v1 devices cgroup and its
+v2 cgroup's eBPF device program, whichever the host has; both on this hybrid host); a job on
+a 0-GPU slot opens none. Needs root, and the v1 devices cgroup or cgroup v2 device programs.
+(`tests/unit/agent/execute/test_gpu_jobs.py` runs each of the two alone.)"""
 
 from __future__ import annotations
 
@@ -18,6 +20,7 @@ from pathlib import Path
 
 import pytest
 
+from kondor_agent.execute import bpf_devices
 from kondor_devcluster.cluster import ClusterSpec, DevCluster, free_port
 
 from .conftest import skip_reason
@@ -77,8 +80,11 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Cluster,
     reason = skip_reason()
     if reason:
         pytest.skip(reason)
-    if os.geteuid() != 0 or not Path("/sys/fs/cgroup/devices/devices.deny").exists():
-        pytest.skip("needs root and the v1 devices cgroup (v2 needs an eBPF program: not done)")
+    if os.geteuid() != 0:
+        pytest.skip("needs root")
+    refused = bpf_devices.probe()
+    if refused is not None and not Path("/sys/fs/cgroup/devices/devices.deny").exists():
+        pytest.skip(f"no v1 devices cgroup, and {refused}")
     gpus = stand_in_gpus()
     try:
         with gpu_cluster(tmp_path_factory.mktemp("gpuiso"), gpus) as made:

@@ -3,6 +3,7 @@ as HTCondor's condor_starter does.
 
 - `kondor_agent.execute.limits`: what a job's cgroup is limited to (policy);
 - `kondor_agent.execute.cgroups`: `JobCgroups`, cgroup v1/v2/hybrid behind one interface;
+- `kondor_agent.execute.bpf_devices`: cgroup v2 device programs (eBPF, through bpf(2));
 - `kondor_agent.execute.supervisor`: the detached per-job supervisor;
 - `kondor_agent.execute.records`: the job directory's files, shared by the two sides;
 - `kondor_agent.execute.jobdir`, `hookrun`, `privileges`: the job directory's layout, the

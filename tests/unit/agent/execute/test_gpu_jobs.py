@@ -3,9 +3,12 @@ from the slot the job was matched to, and the other GPUs' device nodes hidden.
 
 The slots are carved by the core from a 4-GPU node whose first GPU is the real H100's
 (UUID as NVML reported it); the jobs are real processes under real supervisors. Device
-hiding runs on this machine's v1 devices cgroup with stand-in GPU device nodes: character
+hiding runs on this machine's real cgroups with stand-in GPU device nodes: character
 devices made with mknod on the numbers of /dev/zero, /dev/full, /dev/random and
-/dev/urandom (major 1), which open for anyone unless the cgroup denies them (EPERM).
+/dev/urandom (major 1), which open for anyone unless the cgroup denies them (EPERM). It
+runs three ways: as the agent opens it (here, a hybrid host: the v1 devices cgroup and the
+v2 eBPF device program), with the v2 program alone (as on a pure v2 host) and with the v1
+devices cgroup alone.
 """
 
 from __future__ import annotations
@@ -139,7 +142,7 @@ def test_an_apptainer_job_gets_nv_and_the_same_variables(tmp_path: Path) -> None
     assert spec["environment"]["APPTAINERENV_CUDA_VISIBLE_DEVICES"] == both
 
 
-# -- device isolation on the v1 devices cgroup ------------------------------------------
+# -- device isolation on the real cgroups -------------------------------------------------
 
 
 def stand_in_gpus(root: Path) -> None:
@@ -155,23 +158,33 @@ def stand_in_gpus(root: Path) -> None:
         (info / "information").write_text(f"GPU UUID: \t {gpu}\nDevice Minor: \t {minor}\n")
 
 
-@pytest.fixture
-def isolated(tmp_path: Path) -> Iterator[tuple[ProcessJobs, Path]]:
+@pytest.fixture(params=["as-opened", "v2-only", "v1-only"])
+def isolated(
+    request: pytest.FixtureRequest, tmp_path: Path
+) -> Iterator[tuple[ProcessJobs, Path, str]]:
     if os.geteuid() != 0:
         pytest.skip("mknod and cgroups need root here")
-    if not Path("/sys/fs/cgroup/devices/devices.deny").exists():
-        pytest.skip("no v1 devices cgroup here (cgroup v2 needs an eBPF program: not done)")
     root = f"kondor-test-{uuid.uuid4().hex[:8]}"
-    try:
-        cgroups = JobCgroups.open(root=root)
-    except (CgroupError, OSError) as err:
-        pytest.skip(f"cgroups are not writable here: {err}")
     gpus = tmp_path / "gpu-host"
     stand_in_gpus(gpus)
     isolation = GpuDeviceIsolation.open(root=root, gpu_root=gpus)
     assert [n.minor for n in isolation.nodes] == list(MINORS)
+    if request.param == "v2-only":
+        if isolation.unified is None:
+            pytest.skip(f"no v2 device programs here: {isolation.reason}")
+        isolation = GpuDeviceIsolation(None, isolation.nodes, unified=isolation.unified)
+    elif request.param == "v1-only":
+        if isolation.devices is None:
+            pytest.skip(f"no v1 devices cgroup here: {isolation.reason}")
+        isolation = GpuDeviceIsolation(isolation.devices, isolation.nodes)
+    elif isolation.devices is None and isolation.unified is None:
+        pytest.skip(f"no device isolation here: {isolation.reason}")
+    try:
+        cgroups = JobCgroups.open(root=root)
+    except (CgroupError, OSError) as err:
+        pytest.skip(f"cgroups are not writable here: {err}")
     launcher = ProcessLauncher(tmp_path / "execute", cgroups, gpu_isolation=isolation)
-    yield ProcessJobs(launcher), gpus / "dev"
+    yield ProcessJobs(launcher), gpus / "dev", request.param
     for handle in launcher.adopt():
         launcher.remove(handle)
     wait_for(lambda: cgroups.pids(SUPERVISORS) == [])
@@ -179,9 +192,9 @@ def isolated(tmp_path: Path) -> Iterator[tuple[ProcessJobs, Path]]:
 
 
 def test_a_job_cannot_open_another_slots_gpu_device_node(
-    isolated: tuple[ProcessJobs, Path],
+    isolated: tuple[ProcessJobs, Path, str],
 ) -> None:
-    jobs, dev = isolated
+    jobs, dev, mode = isolated
     opens = " ; ".join(
         f"if head -c1 {dev}/nvidia{m} >/dev/null 2>&1; "
         f'then echo "{m}:open"; else echo "{m}:denied"; fi'
@@ -204,3 +217,7 @@ def test_a_job_cannot_open_another_slots_gpu_device_node(
     ]
     jobs.configure({"STARTER_HIDE_GPU_DEVICES": "false"})
     assert run(jobs, runtime, dynamic_slot(0)).split() == ["5:open", "7:open", "8:open", "9:open"]
+    if mode == "v2-only":  # the eBPF program alone refused: no job joined a devices cgroup
+        for handle in jobs.launcher.adopt():
+            spec = json.loads((handle.directory / records.SPEC).read_text())
+            assert spec["job_procs"] and not any("/devices/" in p for p in spec["job_procs"])
