@@ -265,6 +265,8 @@ class DevCluster:
     _nodes: list[dict[str, Any]] = field(default_factory=list)
     #: Node name -> its machine file, for the agents.
     _machine_files: dict[str, Path] = field(default_factory=dict)
+    #: The nodes whose agents this cluster started (their cgroup roots go at `stop`).
+    _agent_nodes: set[str] = field(default_factory=set)
     _kubelet: Path | None = None
     _images: Mapping[str, Path] = field(default_factory=dict)
     _node_ip: str = ""
@@ -699,6 +701,7 @@ class DevCluster:
 
     def _start_agent(self, node: str, machine: Path | None) -> None:
         """An agent for `node`: on its machine file, or (None) reading the real host."""
+        self._agent_nodes.add(node)
         # The execute directory is the agent's Disk: it must exist before the agent measures it.
         (kondor.agent_state_dir(self.layout, node) / "execute").mkdir(parents=True, exist_ok=True)
         self._write_agent_kubeconfig(node)
@@ -891,6 +894,8 @@ class DevCluster:
                     process.popen.wait()
         _terminate(entries)
         self._processes.clear()
+        for left in kondor.remove_agent_cgroups(self.layout, sorted(self._agent_nodes)):
+            self._say(f"an agent's cgroups stay: {left}")
         self.layout.pids.unlink(missing_ok=True)
         node = realnode.RealNodeLayout(self.layout.state_dir)
         if node.host_record.exists():

@@ -10,10 +10,13 @@ from __future__ import annotations
 
 import hashlib
 import importlib.util
+import os
 import sys
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from kondor_agent.execute.cgroups import CgroupError, JobCgroups
 from kondor_devcluster.chart import Release
 from kondor_devcluster.components import Layout
 from kondor_devcluster.pki import WEBHOOK
@@ -120,6 +123,23 @@ def agent_cgroup_root(layout: Layout, node: str) -> str:
     """
     cluster = hashlib.sha1(str(layout.state_dir.resolve()).encode()).hexdigest()[:8]
     return f"kondor-{node}-{cluster}"
+
+
+def remove_agent_cgroups(layout: Layout, nodes: Iterable[str]) -> list[str]:
+    """Remove the cgroup roots the agents of `nodes` made (`agent_cgroup_root`: the
+    supervisors', slots' and jobs' cgroups in every hierarchy, devices and freezer too), once
+    the agents have stopped, so a dev cluster leaves nothing in the host's cgroup trees.
+    Returns what was left and why: a cgroup still holding a process, or no right to write.
+    """
+    if os.geteuid() != 0:
+        return []  # an agent not run as root made no cgroups
+    left = []
+    for node in nodes:
+        try:
+            JobCgroups.open(root=agent_cgroup_root(layout, node)).remove_root()
+        except (CgroupError, OSError) as err:
+            left.append(f"{node}: {err}")
+    return left
 
 
 def agent_args(
