@@ -314,6 +314,10 @@ def running_attributes(spec: dict[str, Any], job: int, start: float) -> dict[str
     }
 
 
+#: Seconds between looks at UPDATE_JOB_INFO runs still going.
+RUNNING_POLL = 0.05
+
+
 class Updates:
     """UPDATE_JOB_INFO on its schedule, never waited for: `due` says when the next run is,
     `fire` starts it and reaps (or, past the timeout, kills) the earlier ones."""
@@ -358,6 +362,15 @@ class Updates:
     def knob(self) -> str:
         return str(self.hooks["knobs"]["UPDATE_JOB_INFO"])
 
+    def wake_in(self, now: float) -> float:
+        """Seconds until there is something to do: the next run, or, while runs are going,
+        soon (their exits are reaped and their failures recorded as they happen, as the
+        starter reaps its children) and no later than the first one's timeout."""
+        wake = self.due - now
+        for _, began in self._running:
+            wake = min(wake, RUNNING_POLL, began + self.hooks["timeout"] - now)
+        return max(wake, 0.0)
+
     def reap(self, now: float, *, final: bool = False) -> None:
         """Reap the runs that have ended (a non-zero exit is a failure); kill those past the
         timeout (a failure) and, when the job has ended (`final`), the others."""
@@ -401,10 +414,11 @@ def wait_with_updates(spec: dict[str, Any], job: int, start: float) -> tuple[int
             if pid == job:
                 return pid, status, rusage
             now = time.time()
+            updates.reap(now)
             if now >= updates.due:
                 updates.fire(now)
                 continue
-            wait = min(updates.due - now, 1.0)
+            wait = min(updates.wake_in(now), 1.0)
             if pidfd is not None:
                 select.select([pidfd], [], [], wait)
             else:

@@ -15,7 +15,7 @@ from execute_fakes import wait_for, wait_result
 from kondor_agent.execute import records
 from kondor_agent.execute.cgroups import JobCgroups
 from kondor_agent.runtimes.process import ProcessJobs
-from kondor_agent.runtimes.process_launcher import ProcessLauncher
+from kondor_agent.runtimes.process_launcher import JobHandle, ProcessLauncher
 from kondor_core.api import ProcessRuntime
 from kondor_core.classads import parse_ad
 from kondor_core.jobs.hooks import JobHooks, job_hooks
@@ -47,6 +47,15 @@ def hook(hooks_dir: Path, name: str, body: str) -> str:
 
 def sh(script: str) -> ProcessRuntime:
     return ProcessRuntime(executable="/bin/sh", arguments=["-c", script], output="out.txt")
+
+
+#: A job that runs until the test lets it end: it waits for a `go` file in its scratch
+#: directory (at most a minute), so what a test checks while it runs cannot race its end.
+UNTIL_GO = "i=0; while [ ! -e go ] && [ $i -lt 1200 ]; do sleep 0.05; i=$((i+1)); done"
+
+
+def let_end(handle: JobHandle) -> None:
+    (handle.scratch / "go").touch()
 
 
 def test_prepare_job_rewrites_the_arguments_and_the_job_ad(
@@ -251,7 +260,7 @@ def test_failed_update_job_info_and_job_exit_are_recorded_for_the_agent(
         timeout=5.0,
     )
     jobs = ProcessJobs(launcher)
-    handle = launcher.launch("j", sh("sleep 1.2"), JOB_AD, MACHINE_AD, slot="slot1", hooks=hooks)
+    handle = launcher.launch("j", sh(UNTIL_GO), JOB_AD, MACHINE_AD, slot="slot1", hooks=hooks)
     first: list[tuple[str, str]] = []
 
     def reported() -> bool:
@@ -261,6 +270,7 @@ def test_failed_update_job_info_and_job_exit_are_recorded_for_the_agent(
     wait_for(reported)
     assert first == [("UpdateJobInfoFailed", "TEST_HOOK_UPDATE_JOB_INFO exited with status 3")]
     assert jobs.hook_failures(handle) == []  # each once
+    let_end(handle)
     wait_result(launcher, handle)
     later = jobs.hook_failures(handle)
     assert [reason for reason, _ in later] == ["JobExitFailed"], later
@@ -279,8 +289,12 @@ def test_update_job_info_past_its_timeout_is_killed_and_recorded(
         update_interval=0.3,
         timeout=0.4,
     )
-    handle = launcher.launch("j", sh("sleep 1.2"), JOB_AD, MACHINE_AD, slot="slot1", hooks=hooks)
+    handle = launcher.launch("j", sh(UNTIL_GO), JOB_AD, MACHINE_AD, slot="slot1", hooks=hooks)
+    jobs = ProcessJobs(launcher)
+    found: list[tuple[str, str]] = []
+    wait_for(lambda: bool(found.extend(jobs.hook_failures(handle)) or found))
+    let_end(handle)
     assert wait_result(launcher, handle).exit_code == 0
-    found = ProcessJobs(launcher).hook_failures(handle)
+    found += jobs.hook_failures(handle)
     assert found and all(reason == "UpdateJobInfoFailed" for reason, _ in found)
     assert "TEST_HOOK_UPDATE_JOB_INFO ran longer than 0.4 s and was killed" in found[0][1]
