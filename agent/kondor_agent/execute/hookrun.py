@@ -366,9 +366,9 @@ class Updates:
         """Seconds until there is something to do: the next run, or, while runs are going,
         soon (their exits are reaped and their failures recorded as they happen, as the
         starter reaps its children) and no later than the first one's timeout."""
-        wake = self.due - now
+        wake: float = self.due - now
         for _, began in self._running:
-            wake = min(wake, RUNNING_POLL, began + self.hooks["timeout"] - now)
+            wake = min(wake, RUNNING_POLL, began + float(self.hooks["timeout"]) - now)
         return max(wake, 0.0)
 
     def reap(self, now: float, *, final: bool = False) -> None:
