@@ -51,7 +51,7 @@ condor-defaults-check: venv ## Fail when the committed knob defaults differ from
 # workers than cores pay (TEST_WORKERS=4: 8.5-15 min against 19.5 serially on 2 cores);
 # 0 runs serially, in one process, until two green runs with 4 have been seen.
 TEST_WORKERS ?= 0
-test: venv controlplane helm image ## Unit and integration tests, TEST_WORKERS at a time (builds the control plane and the image, fetches helm; cached)
+test: venv controlplane helm image apptainer ## Unit and integration tests, TEST_WORKERS at a time (builds the control plane, the image and Apptainer, fetches helm; cached)
 	$(BIN)/pytest -n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder
 
 # Workers for `make unit`: two (pytest-xdist), the cores CI and the dev machine have. The
@@ -89,12 +89,15 @@ bench-scale: controlplane ## Kondor beside kube-scheduler and Kueue: 10,000 jobs
 controlplane: venv ## Build the control plane and kwok, and prepare the real node (kubelet, containerd; cached)
 	$(BIN)/python -m kondor_devcluster.build --real-node
 
+apptainer: venv ## Build Apptainer 1.5.3 from its Go module into ~/.cache/kondor/apptainer (root for apt-get; cached; a host that cannot is reported, not failed)
+	$(BIN)/python -m kondor_devcluster.apptainer
+
 dev-cluster: controlplane ## Run a dev cluster in the foreground (KUBECONFIG=.devcluster/kubeconfig)
 	$(BIN)/kondor dev-cluster up --port 16443 --kubeconfig .devcluster/kubeconfig \
 	    --state-dir .devcluster/state \
 	    --nodes examples/machines/kwok-small.yaml examples/machines/kwok-gpu.yaml \
 	    --operator --agents
-.PHONY: controlplane dev-cluster
+.PHONY: controlplane apptainer dev-cluster
 
 ##@ Packaging
 helm: venv ## Fetch the pinned helm v3.17.2 into ~/.cache/kondor/helm (once)

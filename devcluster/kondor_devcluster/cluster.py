@@ -29,6 +29,7 @@ import httpx
 from kondor_core.api.crds import all_crds
 from kondor_core.jobs.pod import harvest_priority_class
 from kondor_devcluster import (
+    apptainer,
     build,
     chart,
     components,
@@ -714,9 +715,18 @@ class DevCluster:
                 nvml=None if machine else self.spec.real_node_nvml,
                 gpu_devices=self.spec.gpu_devices_root if machine else None,
             ),
+            env=kondor.agent_env(self._apptainer_bin()),
             essential=False,
         )
         self._say(f"Kondor agent for {node} started (log {process.log})")
+
+    def _apptainer_bin(self) -> Path | None:
+        """Where the agents find `apptainer`: the built one (`make apptainer`), copied into
+        the state directory, which the slot accounts jobs run as can reach; None without."""
+        binary = apptainer.built(self.spec.cache_dir)
+        if binary is None:
+            return None
+        return apptainer.relocate(binary, self.layout.state_dir / "apptainer").parent
 
     def _apply(self, api: httpx.Client, path: str, manifest: Mapping[str, Any]) -> None:
         response = api.patch(

@@ -114,6 +114,16 @@ def operator_env(layout: Layout, metrics_port: int, webhook_port: int) -> dict[s
     }
 
 
+def agent_env(apptainer_bin: Path | None, path: str | None = None) -> dict[str, str] | None:
+    """What an agent's environment adds to the cluster's: Apptainer's directory first on its
+    PATH where Apptainer is built, since the agent runs the `apptainer` its PATH finds (as
+    on a node where it is installed on the host); None where there is nothing to add."""
+    if apptainer_bin is None:
+        return None
+    rest = os.environ.get("PATH", os.defpath) if path is None else path
+    return {"PATH": f"{apptainer_bin}{os.pathsep}{rest}"}
+
+
 def agent_cgroup_root(layout: Layout, node: str) -> str:
     """The agent's cgroup root, relative to its own cgroup: `kondor-<node>-<cluster>`.
 

@@ -18,6 +18,9 @@ KWOK = "v0.7.0"
 #: The peer batch queue bench/bench_scale.py runs (its own module and cache:
 #: kondor_devcluster.kueue; v0.10 is the release on Kubernetes v1.31 libraries).
 KUEUE = "v0.10.1"
+#: Apptainer, which jobs run in (kondor_devcluster.apptainer builds it from its Go module,
+#: `github.com/apptainer/apptainer`: the newest version the module proxy serves verified).
+APPTAINER = "1.5.3"
 
 #: The binaries the development cluster runs, all built into one `bin/` directory.
 BINARIES = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok")

@@ -1,4 +1,4 @@
-"""The stand-in `apptainer` the tests run (real Apptainer is not built here; see README).
+"""The stand-in `apptainer` the tests run where real Apptainer is not built (apptainer_runtimes).
 
 It takes the command line HTCondor's starter builds (`[-s|-d|-v] [-q] exec|test OPTIONS
 IMAGE [COMMAND ARGS]`) on a directory image. Where bubblewrap is installed (`bwrap`, as in

@@ -8,18 +8,20 @@ from __future__ import annotations
 
 import os
 import signal
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from apptainer_runtimes import Apptainer
 from execute_fakes import job_python, wait_for, wait_result
 
 from kondor_agent.execute.cgroups import SUPERVISORS, CgroupError, JobCgroups
 from kondor_agent.execute.limits import CgroupLimits, ExecuteSettings, slot_limits
 from kondor_agent.runtimes.process import ProcessJobs
 from kondor_agent.runtimes.process_launcher import ProcessLauncher
-from kondor_core.api import ProcessRuntime
+from kondor_core.api import ApptainerRuntime, ProcessRuntime
 
 AD = 'MyType = "Job"'
 
@@ -260,6 +262,53 @@ def test_soft_kill_reaches_a_process_that_left_the_jobs_group_and_thaws_a_frozen
     assert (handle.scratch / "main").read_text() == "main\n"
     assert (handle.scratch / "escaped").read_text() == "escaped\n"
     wait_for(lambda: _gone(escaped))
+
+
+def test_a_suspended_apptainer_jobs_processes_stop_using_cpu_and_a_vacate_ends_them(
+    tmp_path: Path, cgroups: JobCgroups, apptainer: Apptainer
+) -> None:
+    """Suspend freezes the job's cgroup and every process of the container with it
+    (Apptainer's starter, the job in its PID namespace): the cgroup's CPU time stops while
+    the job is suspended and goes on after continue; the vacate's SIGTERM then ends it."""
+    if not cgroups.can_freeze:
+        pytest.skip(f"no freezer here: {cgroups.describe()}")
+    launcher = ProcessLauncher(
+        apptainer.execute_dir(tmp_path),
+        cgroups,
+        search_path=str(apptainer.bin_dir),
+        pid_namespaces=lambda: True,
+    )
+    image = apptainer.image(tmp_path / "image")
+    spin = "trap 'echo vacated > vacated; exit 0' TERM; echo up > started; while :; do :; done"
+    runtime = ApptainerRuntime(image=str(image), executable="/bin/sh", arguments=["-c", spin])
+    handle = launcher.launch(
+        "spinning", runtime, AD, AD, slot="slot1_1",
+        apptainer=apptainer.settings(), account=apptainer.account,
+    )  # fmt: skip
+
+    def cpu_seconds() -> float:
+        usage = cgroups.usage(handle.cgroup)
+        if usage.user_cpu_seconds is None:
+            pytest.skip(f"no CPU accounting here: {cgroups.describe()}")
+        return usage.user_cpu_seconds + (usage.sys_cpu_seconds or 0.0)
+
+    wait_for((handle.scratch / "started").exists, timeout=60)
+    running = cpu_seconds()
+    wait_for(lambda: cpu_seconds() > running + 0.05)
+    launcher.suspend(handle)
+    wait_for(lambda: launcher.is_suspended(handle))
+    frozen = cpu_seconds()
+    time.sleep(0.5)  # what a running spinner would use half of, at least, on a loaded machine
+    assert cpu_seconds() - frozen < 0.01
+    launcher.resume(handle)
+    wait_for(lambda: not launcher.is_suspended(handle))
+    wait_for(lambda: cpu_seconds() > frozen + 0.05)
+    launcher.soft_kill(handle, signal.SIGTERM)
+    result = wait_result(launcher, handle)
+    assert result.killed, result
+    if apptainer.real:  # the stand-in's bwrap (PID 1 of the namespace) may end it first
+        assert (handle.scratch / "vacated").read_text() == "vacated\n"
+    wait_for(lambda: cgroups.pids(handle.cgroup) == [])
 
 
 def test_a_double_forked_daemon_dies_with_the_job(

@@ -19,9 +19,9 @@ import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
-import apptainer_stand_in
 import classad2
 import pytest
+from apptainer_runtimes import Apptainer
 from execute_fakes import wait_for, wait_result
 
 from kondor_agent.execute import records
@@ -117,20 +117,23 @@ def test_a_job_on_a_0_gpu_slot_gets_the_unassigned_value(jobs: ProcessJobs) -> N
     assert run(jobs, runtime, dynamic_slot(0)) == "C=10000 G=10000 A=10000 N=none"
 
 
-def test_an_apptainer_job_gets_nv_and_the_same_variables(tmp_path: Path) -> None:
-    bin_dir = tmp_path / "bin"
-    apptainer_stand_in.install(bin_dir)
+def test_an_apptainer_job_gets_nv_and_the_same_variables(
+    tmp_path: Path, apptainer: Apptainer
+) -> None:
+    """`--nv` with GPUs assigned (real Apptainer binds the host's NVIDIA libraries where it
+    finds them, and warns where it does not), and the starter's GPU variables inside."""
     launcher = ProcessLauncher(
-        tmp_path / "execute",
+        apptainer.execute_dir(tmp_path),
         JobCgroups.disabled(),
-        search_path=str(bin_dir),
+        search_path=str(apptainer.bin_dir),
         pid_namespaces=lambda: False,
     )
-    image = apptainer_stand_in.busybox_image(tmp_path / "image.dir")
+    image = apptainer.image(tmp_path / "image")
     runtime = ApptainerRuntime(
         image=str(image), executable="/bin/sh", arguments=["-c", SHOW], output="out"
     )
     jobs = ProcessJobs(launcher)
+    jobs.configure(apptainer.macros())
     handle = jobs.launch(job(runtime), "default/train", dynamic_slot(2), 'Owner = "alice"')
     result = wait_result(launcher, handle)
     assert result.exit_code == 0, result

@@ -12,8 +12,8 @@ import os
 import signal
 from pathlib import Path
 
-import apptainer_stand_in
 import pytest
+from apptainer_runtimes import Apptainer
 from execute_fakes import job_python, wait_for, wait_result
 
 from kondor_agent.execute import records
@@ -21,7 +21,6 @@ from kondor_agent.execute.cgroups import JobCgroups
 from kondor_agent.runtimes.apptainer import APPTAINER_MISSING
 from kondor_agent.runtimes.process_launcher import LaunchError, ProcessLauncher, environment_of
 from kondor_core.api import ApptainerRuntime, ProcessRuntime
-from kondor_core.jobs.apptainer import ApptainerSettings
 
 JOB_AD = 'ClusterId = 12\nProcId = 0\nOwner = "alice"\nCmd = "/bin/sh"'
 MACHINE_AD = 'Name = "slot1_1@node-a"\nCpus = 1\nMemory = 128'
@@ -231,52 +230,64 @@ def test_a_lost_supervisor_is_reported_not_waited_for(launcher: ProcessLauncher)
 
 # -- Apptainer ------------------------------------------------------------------------------
 # The command line itself is kondor_core.jobs.apptainer's (tests/unit/jobs/test_apptainer.py);
-# here it runs, through the stand-in `apptainer` (inside a busybox image with bwrap).
+# here it runs: through real Apptainer on a SIF where `make apptainer` built it, else through
+# the stand-in on a directory image (the test id says which: apptainer_runtimes).
 
 
-def apptainer_launcher(tmp_path: Path, *, pid_namespaces: bool = True) -> ProcessLauncher:
-    bin_dir = tmp_path / "bin"
-    apptainer_stand_in.install(bin_dir)
+def apptainer_launcher(
+    tmp_path: Path, apptainer: Apptainer, *, pid_namespaces: bool = True
+) -> ProcessLauncher:
     return ProcessLauncher(
-        tmp_path / "execute",
+        apptainer.execute_dir(tmp_path),
         JobCgroups.disabled(),
-        search_path=str(bin_dir),
+        search_path=str(apptainer.bin_dir),
         pid_namespaces=lambda: pid_namespaces,
     )
 
 
-def test_apptainer_job_runs_through_apptainer_exec(tmp_path: Path) -> None:
-    launcher = apptainer_launcher(tmp_path)
-    image = apptainer_stand_in.busybox_image(tmp_path / "image.dir")
+def test_apptainer_job_runs_through_apptainer_exec(tmp_path: Path, apptainer: Apptainer) -> None:
+    """HTCondor's command line run for real: the job starts in its scratch directory, bound
+    in (-B, --pwd), reads what is there and writes its output, in its own PID namespace (-C)."""
+    launcher = apptainer_launcher(tmp_path, apptainer)
+    image = apptainer.image(tmp_path / "image")
     runtime = ApptainerRuntime(
         image=str(image),
         executable="/bin/sh",
-        arguments=["-c", 'echo "in $(pwd) slot=$_CONDOR_SLOT x=$X pid=$$"; ls /'],
+        arguments=[
+            "-c",
+            'echo "in $(pwd) slot=$_CONDOR_SLOT x=$X"; ls -l /proc/self/ns/pid; ls /; '
+            'cat "$_CONDOR_JOB_AD" > ad.copy; echo written > made-inside',
+        ],
         environment={"X": "1"},
         output="out",
     )
-    handle = launcher.launch("job-app", runtime, JOB_AD, MACHINE_AD, slot="slot1_3")
+    handle = launcher.launch(
+        "job-app", runtime, JOB_AD, MACHINE_AD, slot="slot1_3",
+        apptainer=apptainer.settings(), account=apptainer.account,
+    )  # fmt: skip
     result = wait_result(launcher, handle)
     assert result.state == "exited" and result.exit_code == 0, result
     said = (handle.scratch / "out").read_text().splitlines()
-    assert said[0].startswith(f"in {handle.scratch} slot=slot1_3 x=1 pid=")
+    assert said[0] == f"in {handle.scratch} slot=slot1_3 x=1", said
     argv = json.loads((handle.directory / records.SPEC).read_text())["argv"]
     assert argv[1:] == [
         "-s", "exec", "-S", "/tmp", "-S", "/var/tmp", "--pwd", str(handle.scratch),
-        "-B", str(handle.scratch), "--no-home", "-C", str(image), "/bin/sh", *runtime.arguments,
+        "-B", str(handle.scratch), "--no-home", "-C", *apptainer.extra_arguments, str(image),
+        "/bin/sh", *runtime.arguments,
     ]  # fmt: skip
-    if apptainer_stand_in.BWRAP:  # inside the image, in its own PID namespace (-C)
-        assert said[0].endswith("pid=1") or said[0].endswith("pid=2"), said
-        assert "busybox" not in said[1:] and "bin" in said[1:]
+    if apptainer.contained:  # inside the image, in its own PID namespace (-C)
+        assert not said[1].endswith(os.readlink("/proc/self/ns/pid")), said
+        assert "busybox" not in said[2:] and "bin" in said[2:]
+        assert (handle.scratch / "ad.copy").read_text().startswith("ClusterId = 12\n")
+        assert (handle.scratch / "made-inside").read_text() == "written\n"
 
 
-def test_the_slot_policys_knobs_shape_the_container(tmp_path: Path) -> None:
+def test_the_slot_policys_knobs_shape_the_container(tmp_path: Path, apptainer: Apptainer) -> None:
     """SINGULARITY_TARGET_DIR maps the scratch directory to /srv inside; SINGULARITY_JOB runs
     a process job in the image SINGULARITY_IMAGE_EXPR names; no PID namespaces: no -C."""
-    launcher = apptainer_launcher(tmp_path, pid_namespaces=False)
-    image = apptainer_stand_in.busybox_image(tmp_path / "image.dir")
-    (image / "srv").mkdir()
-    settings = ApptainerSettings.from_macros(
+    launcher = apptainer_launcher(tmp_path, apptainer, pid_namespaces=False)
+    image = apptainer.image(tmp_path / "image", dirs=("srv",))
+    settings = apptainer.settings(
         {
             "SINGULARITY_JOB": "true",
             "SINGULARITY_IMAGE_EXPR": f'"{image}"',
@@ -285,30 +296,34 @@ def test_the_slot_policys_knobs_shape_the_container(tmp_path: Path) -> None:
     )
     runtime = sh('echo "$(pwd) $_CONDOR_SCRATCH_DIR $TMPDIR"', output="out")
     handle = launcher.launch(
-        "job-srv", runtime, JOB_AD, MACHINE_AD, slot="slot1_1", apptainer=settings
-    )
+        "job-srv", runtime, JOB_AD, MACHINE_AD, slot="slot1_1",
+        apptainer=settings, account=apptainer.account,
+    )  # fmt: skip
     result = wait_result(launcher, handle)
     assert result.state == "exited" and result.exit_code == 0, result
     argv = json.loads((handle.directory / records.SPEC).read_text())["argv"]
     assert "-C" not in argv and argv[argv.index("--pwd") + 1] == "/srv"
-    if apptainer_stand_in.BWRAP:
+    if apptainer.contained:
         assert (handle.scratch / "out").read_text() == "/srv /srv /srv\n"
 
 
-def test_an_image_whose_test_fails_holds_the_job_with_the_reason(tmp_path: Path) -> None:
-    """The starter runs `apptainer test` on the image first; a failure holds the job
-    (HoldReasonCode 41, SingularityTestFailed) with what the test said, and the job never
-    runs."""
-    launcher = apptainer_launcher(tmp_path)
-    image = apptainer_stand_in.busybox_image(tmp_path / "broken.dir")
-    (image / ".singularity.d").mkdir(parents=True)
-    test = image / ".singularity.d" / "test"
-    test.write_text("#!/bin/sh\necho 'libc too old for this image' >&2\nexit 3\n")
-    test.chmod(0o755)
+def test_an_image_whose_test_fails_holds_the_job_with_the_reason(
+    tmp_path: Path, apptainer: Apptainer
+) -> None:
+    """The starter runs `apptainer test` on the image first (SINGULARITY_RUN_TEST_BEFORE_JOB);
+    the image's failing `%test` holds the job (HoldReasonCode 41, SingularityTestFailed) with
+    what the test said, and the job never runs."""
+    launcher = apptainer_launcher(tmp_path, apptainer)
+    image = apptainer.image(
+        tmp_path / "broken", test="echo 'libc too old for this image' >&2\nexit 3"
+    )
     runtime = ApptainerRuntime(
         image=str(image), executable="/bin/sh", arguments=["-c", "echo ran > ran"]
     )
-    handle = launcher.launch("job-broken", runtime, JOB_AD, MACHINE_AD, slot="slot1_2")
+    handle = launcher.launch(
+        "job-broken", runtime, JOB_AD, MACHINE_AD, slot="slot1_2",
+        apptainer=apptainer.settings(), account=apptainer.account,
+    )  # fmt: skip
     result = wait_result(launcher, handle)
     assert (result.state, result.hold_reason_code, result.hold_reason_subcode) == ("failed", 41, 3)
     assert result.hold_reason == (
@@ -318,8 +333,12 @@ def test_an_image_whose_test_fails_holds_the_job_with_the_reason(tmp_path: Path)
     # A missing image fails its test too.
     gone = ApptainerRuntime(image=str(tmp_path / "nowhere.sif"), executable="/bin/true")
     missing = wait_result(
-        launcher, launcher.launch("job-gone", gone, JOB_AD, MACHINE_AD, slot="slot1_3")
-    )
+        launcher,
+        launcher.launch(
+            "job-gone", gone, JOB_AD, MACHINE_AD, slot="slot1_3",
+            apptainer=apptainer.settings(), account=apptainer.account,
+        ),
+    )  # fmt: skip
     assert missing.hold_reason_code == 41 and "could not open image" in (missing.hold_reason or "")
     # SINGULARITY_RUN_TEST_BEFORE_JOB = false: no test, the job runs (and its exec fails).
     untested = launcher.launch(
@@ -328,7 +347,8 @@ def test_an_image_whose_test_fails_holds_the_job_with_the_reason(tmp_path: Path)
         JOB_AD,
         MACHINE_AD,
         slot="slot1_3",
-        apptainer=ApptainerSettings.from_macros({"SINGULARITY_RUN_TEST_BEFORE_JOB": "false"}),
+        apptainer=apptainer.settings({"SINGULARITY_RUN_TEST_BEFORE_JOB": "false"}),
+        account=apptainer.account,
     )
     assert wait_result(launcher, untested).hold_reason_code != 41
 

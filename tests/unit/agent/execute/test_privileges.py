@@ -6,12 +6,13 @@ Each job reads its own /proc/self/status; the kernel says who it is and what it 
 from __future__ import annotations
 
 import os
+import pwd
 import stat
 import sys
 from pathlib import Path
 
-import apptainer_stand_in
 import pytest
+from apptainer_runtimes import Apptainer
 from execute_fakes import wait_result
 
 from kondor_agent.execute.cgroups import JobCgroups
@@ -195,28 +196,68 @@ def test_the_jobs_hooks_run_as_the_job_does(tmp_path: Path) -> None:
     assert (handle.scratch / "exit-uid").read_text().strip() == str(uid)
 
 
-def test_an_apptainer_job_runs_unprivileged_too(tmp_path: Path) -> None:
-    # apptainer itself is started by the dropped child: the stand-in (bubblewrap, in a user
-    # namespace, where installed) and what it runs have no capabilities and no new privileges.
-    bin_dir = tmp_path / "bin"
-    apptainer_stand_in.install(bin_dir)
-    launcher = ProcessLauncher(
-        tmp_path / "execute",
+def apptainer_launcher(tmp_path: Path, apptainer: Apptainer) -> ProcessLauncher:
+    return ProcessLauncher(
+        apptainer.execute_dir(tmp_path),
         JobCgroups.disabled(),
-        search_path=str(bin_dir),
+        search_path=str(apptainer.bin_dir),
         pid_namespaces=lambda: True,
     )
-    image = apptainer_stand_in.busybox_image(tmp_path / "image.dir")
+
+
+def test_an_apptainer_job_runs_unprivileged_too(tmp_path: Path, apptainer: Apptainer) -> None:
+    """apptainer itself is started by the dropped child: real Apptainer (or the stand-in's
+    bubblewrap) enters a user namespace as the job's account, and what it runs has no
+    capabilities and no new privileges. Without a /dev/fuse the account may open, the real
+    one extracts the SIF into the job's scratch directory (--unsquash) to run it."""
+    launcher = apptainer_launcher(tmp_path, apptainer)
+    image = apptainer.image(tmp_path / "image")
     runtime = ApptainerRuntime(
         image=str(image), executable="/bin/cat", arguments=["/proc/self/status"], output="out"
     )
-    handle = launcher.launch("job-app", runtime, JOB_AD, MACHINE_AD, slot="slot1_3")
+    handle = launcher.launch(
+        "job-app", runtime, JOB_AD, MACHINE_AD, slot="slot1_3",
+        apptainer=apptainer.settings(), account=apptainer.account,
+    )  # fmt: skip
     result = wait_result(launcher, handle)
     assert result.state == "exited" and result.exit_code == 0, result
     status = status_of((handle.scratch / "out").read_text())
-    uid = slot_user_ids("slot1_3").uid
-    assert status["Uid"].split() == [str(uid)] * 4  # bubblewrap maps the user to itself
+    account = apptainer.account
+    uid = slot_user_ids("slot1_3").uid if account is None else pwd.getpwnam(account.name).pw_uid
+    assert uid != 0
+    assert status["Uid"].split() == [str(uid)] * 4  # the user namespace maps the user to itself
     for caps in ("CapPrm", "CapEff", "CapBnd"):
         assert status[caps] == NONE, (caps, status[caps])
     assert status["NoNewPrivs"] == "1"
     assert (handle.scratch / "out").stat().st_uid == uid
+
+
+def test_real_apptainer_refuses_an_account_the_password_file_lacks(
+    tmp_path: Path, apptainer: Apptainer
+) -> None:
+    """Kondor's own slot users are bare uids (no password entry); real Apptainer looks the
+    job's uid up and refuses one it cannot find, so the job is held with its words (the
+    image test fails first: HoldReasonCode 41). Such nodes name accounts that exist
+    (SLOT<N>_USER, NOBODY_SLOT_USER), as HTCondor's nodes do."""
+    if not apptainer.real:
+        pytest.skip("the stand-in looks no account up (real Apptainer is not built here)")
+    if pwd_entry(slot_user_ids("slot1_3").uid):
+        pytest.skip("this node has a password entry for the slot user")
+    launcher = apptainer_launcher(tmp_path, apptainer)
+    image = apptainer.image(tmp_path / "image")
+    runtime = ApptainerRuntime(image=str(image), executable="/bin/true")
+    handle = launcher.launch(
+        "job-nameless", runtime, JOB_AD, MACHINE_AD, slot="slot1_3",
+        apptainer=apptainer.settings(),
+    )  # fmt: skip
+    result = wait_result(launcher, handle)
+    assert (result.state, result.hold_reason_code) == ("failed", 41), result
+    assert "unknown userid" in (result.hold_reason or ""), result.hold_reason
+
+
+def pwd_entry(uid: int) -> bool:
+    try:
+        pwd.getpwuid(uid)
+    except KeyError:
+        return False
+    return True
