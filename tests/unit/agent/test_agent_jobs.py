@@ -438,7 +438,12 @@ def test_a_restarted_agent_takes_back_running_jobs_and_reports_their_exit_once()
 
 class MeasuringLauncher(FakeLauncher):
     def usage(self, handle: str) -> Usage | None:
-        return Usage(user_cpu=1.5, sys_cpu=0.25, memory_mib=40, peak_memory_mib=64, num_pids=3)
+        # The GPU figures as GpuWatch measures them from the recorded H100 under load
+        # (tests/unit/agent/test_gpu_usage.py).
+        gpus = {"GPUsUsage": 0.42, "GPUsMemoryUsage": 7108, "DeviceGPUsAverageUsage": 1.0}
+        return Usage(
+            user_cpu=1.5, sys_cpu=0.25, memory_mib=40, peak_memory_mib=64, num_pids=3, gpus=gpus
+        )
 
 
 class BusyLauncher(FakeLauncher):
@@ -523,4 +528,5 @@ def test_a_running_jobs_usage_is_written_every_usage_interval_with_htcondors_nam
         40 * 1024,
         64 * 1024,
     )
+    assert (measured["gpusUsage"], measured["gpusMemoryUsage"]) == (0.42, 7108)
     assert measured["usageTime"]
