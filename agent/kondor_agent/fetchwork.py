@@ -43,7 +43,7 @@ import httpx
 from kondor_agent.execute.hookpath import RefusedExecutableError, resolve_hook
 from kondor_agent.execute.hookrun import HookRun, run_hook
 from kondor_core import startd
-from kondor_core.api import API_VERSION, EXECUTION_JOBS, ExecutionJob
+from kondor_core.api import EXECUTION_JOBS, ExecutionJob
 from kondor_core.classads import ExpressionError, parse_ad
 from kondor_core.jobs import job_ad, job_id
 from kondor_core.jobs.fetchwork import (
@@ -68,7 +68,7 @@ from kondor_core.jobs.hooks import HookSettingsError, hook_timeout
 from kondor_kube import managers, paths
 from kondor_kube.client import Client
 from kondor_kube.config import ApiClient
-from kondor_kube.events import EVENTS_NAMESPACE, event_body
+from kondor_kube.events import EVENTS_NAMESPACE, agent_warning
 
 log = logging.getLogger("kondor_agent.fetchwork")
 
@@ -105,18 +105,7 @@ class KubernetesFetchAPI:
         self.client.merge_patch(path, {"spec": {"remove": True}})
 
     def post_event(self, node: str, uid: str | None, reason: str, message: str) -> None:
-        involved = {"apiVersion": API_VERSION, "kind": "ExecutionPoint", "name": node}
-        if uid:
-            involved["uid"] = uid
-        body = event_body(
-            involved,
-            type_="Warning",
-            reason=reason,
-            message=message,
-            component="kondor-agent",
-            instance=node,
-            host=node,
-        )
+        body = agent_warning(node, reason, message, uid=uid)
         self.client.create(paths.core("events", namespace=EVENTS_NAMESPACE), body)
 
 

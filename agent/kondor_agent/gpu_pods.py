@@ -21,7 +21,7 @@ from typing import Any
 from kondor_core.jobs.gpus import SlotGpus, visible_mismatch
 from kondor_kube import managers, paths
 from kondor_kube.client import Client
-from kondor_kube.events import EVENTS_NAMESPACE, event_body
+from kondor_kube.events import EVENTS_NAMESPACE, agent_warning
 
 log = logging.getLogger("kondor_agent.gpu_pods")
 
@@ -103,16 +103,7 @@ def execution_point_events(api_client: Any, node: str) -> Callable[[str, str], N
     """Post a Warning Event on the ExecutionPoint `node` (where the agent may post Events)."""
 
     def post(reason: str, message: str) -> None:
-        involved = {"apiVersion": "kondor.io/v1alpha1", "kind": "ExecutionPoint", "name": node}
-        body = event_body(
-            involved,
-            type_="Warning",
-            reason=reason,
-            message=message,
-            component="kondor-agent",
-            instance=node,
-            host=node,
-        )
+        body = agent_warning(node, reason, message)
         client = Client(api_client, field_manager=managers.AGENT)
         client.create(paths.core("events", namespace=EVENTS_NAMESPACE), body)
 

@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
-from kondor_core.api import format_time
+from kondor_core.api import API_VERSION, format_time
 from kondor_kube import paths
 from kondor_kube.client import Client
 from kondor_kube.errors import KubeError
@@ -51,6 +51,25 @@ def event_body(
     if instance:
         body["reportingInstance"] = instance
     return body
+
+
+def agent_warning(
+    node: str, reason: str, message: str, *, uid: str | None = None
+) -> dict[str, Any]:
+    """A Warning Event from the agent of `node` about its ExecutionPoint (the one object an
+    agent may post Events about)."""
+    involved = {"apiVersion": API_VERSION, "kind": "ExecutionPoint", "name": node}
+    if uid:
+        involved["uid"] = uid
+    return event_body(
+        involved,
+        type_="Warning",
+        reason=reason,
+        message=message,
+        component="kondor-agent",
+        instance=node,
+        host=node,
+    )
 
 
 def post_event(client: Client, body: Mapping[str, Any], namespace: str = EVENTS_NAMESPACE) -> bool:
