@@ -159,7 +159,6 @@ class ProcessLauncher:
         self._clock = clock
         self._apptainer = ApptainerCommands(search_path=search_path, pid_namespaces=pid_namespaces)
         self._euid = euid
-        self._prepared = False
         # `-S` skips site-packages (tens of ms of .pth files): the supervisor needs only the
         # standard library and this package, found through PYTHONPATH.
         self._supervisor_env = {"PATH": DEFAULT_PATH, "PYTHONPATH": str(_PACKAGE_PARENT)}
@@ -335,12 +334,11 @@ class ProcessLauncher:
     def _prepare_execute_dir(self) -> None:
         """The execute directory: root's, mode 0711 (each job's account crosses it to its
         own directory and lists nothing); each directory above it gets the search bit for
-        others where it lacks it (cross, never read), so a job can reach its scratch."""
-        if self._prepared:
-            return
+        others where it lacks it (cross, never read), so a job can reach its scratch.
+        Checked at every launch (a few stats): a directory above that lost its search bit
+        since (a tmp cleaner, another tool resetting modes) would lock out every later job."""
         os.chmod(self.execute_dir, 0o711)
         ensure_traversable(self.execute_dir)
-        self._prepared = True
 
     def _start_supervisor(self, directory: Path, *, site: bool = False) -> None:
         start_supervisor(self._python, self._supervisor_env, directory, site=site)

@@ -83,6 +83,21 @@ def test_a_job_runs_as_its_slot_user_with_no_capabilities_and_no_new_privs(
     assert environment_of(handle)["_CONDOR_SCRATCH_DIR"] == str(handle.scratch)
 
 
+def test_a_directory_above_that_loses_its_search_bit_gets_it_back_at_the_next_launch(
+    launcher: ProcessLauncher, tmp_path: Path
+) -> None:
+    """A job's account must cross every directory above its scratch. A mode reset since the
+    last launch (a tmp cleaner, another tool: here a second pytest run resets its temporary
+    root to 0700) would lock out every later job; each launch gives the search bit back."""
+    first = launcher.launch("job-a", sh("true"), JOB_AD, MACHINE_AD, slot="slot1_1")
+    assert wait_result(launcher, first).exit_code == 0
+    os.chmod(tmp_path, 0o700)
+    then = launcher.launch("job-b", sh("echo reached > out"), JOB_AD, MACHINE_AD, slot="slot1_1")
+    assert wait_result(launcher, then).exit_code == 0
+    assert (then.scratch / "out").read_text() == "reached\n"
+    assert stat.S_IMODE(tmp_path.stat().st_mode) == 0o701  # crossed, never listed
+
+
 def test_a_job_cannot_read_another_jobs_scratch_directory(launcher: ProcessLauncher) -> None:
     first = launcher.launch(
         "job-a", sh("echo mine > data; echo done"), JOB_AD, MACHINE_AD, slot="slot1_1"
