@@ -56,7 +56,8 @@ test: venv controlplane helm image apptainer ## Unit and integration tests, TEST
 
 # Workers for `make unit` (pytest-xdist): three on the two cores CI and the dev machine have,
 # since many unit tests wait on real processes (supervisors, hooks, Apptainer) rather than
-# compute: 56-59 s against 66 s with two and 61 s with four, on an idle 2-core machine. The
+# compute: 54-66 s over five runs against 66 s with two and 61 s with four, on an idle
+# 2-core machine (this VM's runs vary by 10 s). The
 # bytecode cache is kept even where PYTHONDONTWRITEBYTECODE is set: without it each worker
 # compiles every module and re-rewrites every test module's asserts (about 5 s a run).
 UNIT_WORKERS ?= 3
