@@ -36,8 +36,6 @@ binary.
 from __future__ import annotations
 
 import argparse
-import contextlib
-import fcntl
 import json
 import os
 import shutil
@@ -46,10 +44,11 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from kondor_devcluster import versions
+from kondor_devcluster.build import locked
 
 VERSION = versions.APPTAINER
 MODULE = "github.com/apptainer/apptainer"
@@ -247,17 +246,6 @@ def configure(binary: Path, env: Mapping[str, str]) -> None:
         _run([str(binary), "config", "global", "--set", key, value], env=env)
 
 
-@contextlib.contextmanager
-def _locked(path: Path) -> Iterator[None]:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("a") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
-
-
 def _build(target: Path, version: str, env: dict[str, str]) -> None:
     ensure_packages(env)
     with tempfile.TemporaryDirectory(prefix="apptainer-src-", dir=target.parent) as scratch:
@@ -279,7 +267,7 @@ def ensure_built(root: Path | None = None, *, force: bool = False, version: str 
     problems = host_problems()
     if problems:
         raise HostCannotBuildError("; ".join(problems))
-    with _locked(target.parent / "build.lock"):
+    with locked(target.parent / "build.lock"):
         if not force and installed_version(binary):
             return binary  # another process built it while we waited for the lock
         shutil.rmtree(target, ignore_errors=True)

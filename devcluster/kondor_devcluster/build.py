@@ -105,7 +105,8 @@ def missing_binaries(bin_dir: Path) -> list[str]:
 
 
 @contextlib.contextmanager
-def _locked(path: Path) -> Iterator[None]:
+def locked(path: Path) -> Iterator[None]:
+    """Hold an exclusive lock on `path` (created): one build of a cache at a time."""
     path.parent.mkdir(parents=True, exist_ok=True)
     with path.open("a") as handle:
         fcntl.flock(handle, fcntl.LOCK_EX)
@@ -200,7 +201,7 @@ def ensure_built(
             f"or put prebuilt binaries in {target}"
         )
     src = controlplane_source() if source is None else source
-    with _locked(target.parent / "build.lock"):
+    with locked(target.parent / "build.lock"):
         if not force and not missing_binaries(target):
             return target  # another process built them while we waited for the lock
         partial = target.parent / "bin.partial"
@@ -232,7 +233,7 @@ def ensure_kubelet(root: Path | None = None, *, log: TextIO | None = None) -> Pa
         return binary
     if shutil.which("go") is None:
         raise BuildError(f"the kubelet is not built and `go` is not on PATH; put one at {binary}")
-    with _locked(target.parent / "build.lock"):
+    with locked(target.parent / "build.lock"):
         if os.access(binary, os.X_OK):
             return binary
         partial = target.parent / "kubelet.partial"

@@ -74,7 +74,7 @@ def ensure_kueue(root: Path | None = None, *, log: TextIO | None = None) -> Path
     if shutil.which("go") is None:
         raise KueueError(f"Kueue is not built and `go` is not on PATH; put it in {target}")
     source = module_source()
-    with build._locked(target.parent / "build.lock"):  # the control plane's lock
+    with build.locked(target.parent / "build.lock"):  # the control plane's lock
         if _complete(target):
             return target
         partial = target.parent / f"{versions.KUEUE}.partial"
