@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Annotated, Any, Literal, TypeVar
+from typing import Annotated, Any, Literal, TypeVar, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, field_validator, model_validator
 from pydantic.alias_generators import to_camel
@@ -29,17 +29,6 @@ from kondor_core.sim.timeline import MAX_TICKS
 
 #: Commands a step may give, as the admin's tools name them ("Machine States": condor_vacate,
 #: condor_drain -graceful/-quick/-fast and -cancel, condor_off -graceful/-peaceful/-fast).
-COMMANDS = (
-    "vacate",
-    "vacate-fast",
-    "drain-graceful",
-    "drain-quick",
-    "drain-fast",
-    "drain-cancel",
-    "shutdown-graceful",
-    "shutdown-peaceful",
-    "shutdown-fast",
-)
 Command = Literal[
     "vacate",
     "vacate-fast",
@@ -51,6 +40,7 @@ Command = Literal[
     "shutdown-peaceful",
     "shutdown-fast",
 ]
+COMMANDS: tuple[Command, ...] = get_args(Command)
 
 #: A fact's value: a boolean, a number or a string, as a slot ad attribute holds it.
 FactValue = StrictBool | int | float | str
